@@ -1,0 +1,5 @@
+module github.com/gonccl/nccl
+
+go 1.25.0
+
+require github.com/ebitengine/purego v0.11.3

@@ -1,0 +1,66 @@
+//go:build linux
+
+#include "textflag.h"
+
+// trampoline runs on the system stack, called by runtime.asmcgocall with the C
+// calling convention and R0 pointing at a frame (ccall.go): fn at 0, a1..a24 from 8,
+// result at 200. AAPCS64: a1..a8 in R0..R7, the rest on the stack from 0(RSP),
+// 8 bytes each; RSP stays 16-byte aligned.
+#define STACK_SIZE 144
+#define PTR_ADDRESS (STACK_SIZE - 8)
+
+GLOBL ·trampolineABI0(SB), NOPTR|RODATA, $8
+DATA ·trampolineABI0(SB)/8, $trampoline(SB)
+TEXT trampoline(SB), NOSPLIT, $0
+	SUB  $STACK_SIZE, RSP
+	MOVD R0, PTR_ADDRESS(RSP)
+	MOVD R0, R9
+
+	MOVD 72(R9), R10
+	MOVD R10, 0(RSP)
+	MOVD 80(R9), R10
+	MOVD R10, 8(RSP)
+	MOVD 88(R9), R10
+	MOVD R10, 16(RSP)
+	MOVD 96(R9), R10
+	MOVD R10, 24(RSP)
+	MOVD 104(R9), R10
+	MOVD R10, 32(RSP)
+	MOVD 112(R9), R10
+	MOVD R10, 40(RSP)
+	MOVD 120(R9), R10
+	MOVD R10, 48(RSP)
+	MOVD 128(R9), R10
+	MOVD R10, 56(RSP)
+	MOVD 136(R9), R10
+	MOVD R10, 64(RSP)
+	MOVD 144(R9), R10
+	MOVD R10, 72(RSP)
+	MOVD 152(R9), R10
+	MOVD R10, 80(RSP)
+	MOVD 160(R9), R10
+	MOVD R10, 88(RSP)
+	MOVD 168(R9), R10
+	MOVD R10, 96(RSP)
+	MOVD 176(R9), R10
+	MOVD R10, 104(RSP)
+	MOVD 184(R9), R10
+	MOVD R10, 112(RSP)
+	MOVD 192(R9), R10
+	MOVD R10, 120(RSP)
+
+	MOVD 8(R9), R0
+	MOVD 16(R9), R1
+	MOVD 24(R9), R2
+	MOVD 32(R9), R3
+	MOVD 40(R9), R4
+	MOVD 48(R9), R5
+	MOVD 56(R9), R6
+	MOVD 64(R9), R7
+	MOVD 0(R9), R10
+	BL   (R10)
+
+	MOVD PTR_ADDRESS(RSP), R2
+	ADD  $STACK_SIZE, RSP
+	MOVD R0, 200(R2)
+	RET

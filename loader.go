@@ -1,0 +1,416 @@
+package nccl
+
+import (
+	"bufio"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ebitengine/purego"
+)
+
+// This file finds and opens shared libraries: one search routine serves libnccl
+// and libcudart, each described by a libSpec. The order is documented in the
+// README ("Where gonccl looks") and tested in loader_test.go.
+
+// How a library was found: the values of LibraryFile.Via and Attempt.Via.
+const (
+	ViaOption        = "option"
+	ViaAlreadyLoaded = "already loaded"
+	ViaSystemLoader  = "system loader"
+)
+
+// rtldNoload is glibc's RTLD_NOLOAD: open only if already mapped.
+const rtldNoload = 0x4
+
+// LibraryFile says which shared library was loaded and how it was found.
+type LibraryFile struct {
+	// Path is the absolute path of the file really mapped into the process, with
+	// symbolic links resolved.
+	Path string
+	// Via names the source that found it: "option", an environment variable such
+	// as "GONCCL_NCCL_LIB" or "NCCL_HOME", "already loaded" or "system loader".
+	Via string
+	// Trace lists every candidate tried, in order, the last one being the file
+	// loaded (its Err is nil).
+	Trace []Attempt
+
+	handle uintptr
+}
+
+// Attempt is one candidate of the search.
+type Attempt struct {
+	Via  string // the source that proposed it
+	Path string // a file, or a bare soname handed to the system loader
+	Err  error  // why it was not used; nil for the file loaded
+}
+
+func (a Attempt) String() string {
+	if a.Err == nil {
+		return fmt.Sprintf("%s: %s: loaded", a.Via, a.Path)
+	}
+	return fmt.Sprintf("%s: %s: %v", a.Via, a.Path, a.Err)
+}
+
+// LoadError reports a library that could not be loaded, with the whole search.
+type LoadError struct {
+	Library string    // "libnccl" or "libcudart"
+	Trace   []Attempt // every candidate tried
+	Err     error     // the reason: a *dlopen* failure, ErrNotFound, ErrNotELF, ...
+	Hint    string    // what to set or install
+}
+
+func (e *LoadError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "gonccl: cannot load %s: %v", e.Library, e.Err)
+	for _, a := range e.Trace {
+		b.WriteString("\n  tried ")
+		b.WriteString(a.String())
+	}
+	if e.Hint != "" {
+		b.WriteString("\n  ")
+		b.WriteString(e.Hint)
+	}
+	return b.String()
+}
+
+func (e *LoadError) Unwrap() error { return e.Err }
+
+// Errors of the search. A *LoadError wraps one of them; each Attempt's Err may too.
+var (
+	ErrNotFound  = errors.New("not found")
+	ErrNotELF    = errors.New("not an ELF shared library")
+	ErrWrongArch = errors.New("ELF file for another architecture")
+	ErrDlopen    = errors.New("dlopen failed")
+)
+
+// libSpec describes one library to search for.
+type libSpec struct {
+	name     string   // "libnccl"
+	sonames  []string // tried in order in every directory, then by the system loader
+	override string   // GONCCL_..._LIB: a file or a directory; set but unresolved is an error
+	// dirs lists the conventional homes, in order, after the override.
+	dirs []homeDir
+	// after lists homes tried after the system loader.
+	after []homeDir
+	hint  string
+}
+
+// homeDir is a conventional place: an environment variable and the folders below it.
+type homeDir struct {
+	env  string
+	subs []string // relative to the variable's value; may hold one "*" glob level
+	// strict: a set variable that yields nothing is an error (pynccl's NUMBA_NCCLLIB).
+	strict bool
+}
+
+var ncclSpec = libSpec{
+	name:     "libnccl",
+	sonames:  []string{"libnccl.so.2", "libnccl.so"},
+	override: "GONCCL_NCCL_LIB",
+	dirs: []homeDir{
+		{env: "NUMBA_NCCLLIB", subs: []string{"."}, strict: true},
+		{env: "NCCL_HOME", subs: []string{"lib", "lib64"}},
+		{env: "VIRTUAL_ENV", subs: []string{"lib/python3*/site-packages/nvidia/nccl/lib"}},
+		{env: "CONDA_PREFIX", subs: []string{"lib"}},
+	},
+	hint: "set GONCCL_NCCL_LIB to libnccl.so.2 or its folder (NCCL_HOME, NUMBA_NCCLLIB and an active virtualenv with nvidia-nccl-cu12/cu13 work too)",
+}
+
+var cudartSpec = libSpec{
+	name:     "libcudart",
+	sonames:  []string{"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"},
+	override: "GONCCL_CUDART_LIB",
+	dirs: []homeDir{
+		{env: "VIRTUAL_ENV", subs: []string{"lib/python3*/site-packages/nvidia/cu13/lib", "lib/python3*/site-packages/nvidia/cuda_runtime/lib"}},
+		{env: "CONDA_PREFIX", subs: []string{"lib"}},
+	},
+	after: []homeDir{
+		{env: "CUDA_HOME", subs: []string{"lib64", "lib"}},
+		{env: "CUDA_PATH", subs: []string{"lib64", "lib"}},
+	},
+	hint: "set GONCCL_CUDART_LIB to libcudart.so.* or its folder (CUDA_HOME and an active virtualenv with nvidia-cuda-runtime work too)",
+}
+
+// search finds and opens a library: the explicit option (file or folder), the
+// override variable, the conventional homes, a copy already loaded, the system
+// loader, then the late homes. The option and the override never fall through:
+// if they are given and do not load, that is the answer.
+func search(spec libSpec, explicit string, getenv func(string) string) (LibraryFile, error) {
+	var trace []Attempt
+	fail := func(err error) (LibraryFile, error) {
+		return LibraryFile{}, &LoadError{Library: spec.name, Trace: trace, Err: err, Hint: spec.hint}
+	}
+	// tryAll tries the candidates of one source; it returns the first that loads.
+	tryAll := func(via string, paths []string) (LibraryFile, bool) {
+		for _, p := range paths {
+			h, err := openFile(p)
+			trace = append(trace, Attempt{Via: via, Path: p, Err: err})
+			if err == nil {
+				return finish(spec, via, p, h, trace)
+			}
+		}
+		return LibraryFile{}, false
+	}
+
+	for _, o := range []struct{ via, val string }{
+		{ViaOption, explicit},
+		{spec.override, getenv(spec.override)},
+	} {
+		if o.val == "" {
+			continue
+		}
+		paths, err := candidates(spec, o.val)
+		if err != nil {
+			trace = append(trace, Attempt{Via: o.via, Path: o.val, Err: err})
+			return fail(fmt.Errorf("%s=%s: %w", o.via, o.val, err))
+		}
+		if f, ok := tryAll(o.via, paths); ok {
+			return f, nil
+		}
+		return fail(fmt.Errorf("%s=%s: %w", o.via, o.val, trace[len(trace)-1].Err))
+	}
+
+	homes := func(list []homeDir) (LibraryFile, bool, error) {
+		for _, h := range list {
+			val := getenv(h.env)
+			if val == "" {
+				continue
+			}
+			paths := homePaths(spec, h, val)
+			if len(paths) == 0 {
+				trace = append(trace, Attempt{Via: h.env, Path: val, Err: fmt.Errorf("no %s there: %w", strings.Join(spec.sonames, ", "), ErrNotFound)})
+				if h.strict {
+					return LibraryFile{}, false, fmt.Errorf("%s=%s: %w", h.env, val, ErrNotFound)
+				}
+				continue
+			}
+			n := len(trace)
+			if f, ok := tryAll(h.env, paths); ok {
+				return f, true, nil
+			}
+			if h.strict {
+				return LibraryFile{}, false, fmt.Errorf("%s=%s: %w", h.env, val, trace[n].Err)
+			}
+		}
+		return LibraryFile{}, false, nil
+	}
+	if f, ok, err := homes(spec.dirs); err != nil {
+		return fail(err)
+	} else if ok {
+		return f, nil
+	}
+
+	for _, via := range []string{ViaAlreadyLoaded, ViaSystemLoader} {
+		mode := purego.RTLD_NOW | purego.RTLD_GLOBAL
+		if via == ViaAlreadyLoaded {
+			mode |= rtldNoload
+		}
+		for _, so := range spec.sonames {
+			h, err := dlopen(so, mode)
+			if err != nil && via == ViaAlreadyLoaded {
+				err = errors.New("not loaded")
+			}
+			trace = append(trace, Attempt{Via: via, Path: so, Err: err})
+			if err == nil {
+				if f, ok := finish(spec, via, so, h, trace); ok {
+					return f, nil
+				}
+			}
+		}
+	}
+
+	if f, ok, err := homes(spec.after); err != nil {
+		return fail(err)
+	} else if ok {
+		return f, nil
+	}
+	return fail(ErrNotFound)
+}
+
+// finish fills in the mapped path of a loaded library.
+func finish(spec libSpec, via, tried string, h uintptr, trace []Attempt) (LibraryFile, bool) {
+	path, err := mappedPath(h, spec.sonames)
+	if err != nil {
+		// The library is loaded; say what was asked for rather than fail.
+		path = tried
+	}
+	return LibraryFile{Path: path, Via: via, Trace: trace, handle: h}, true
+}
+
+// candidates expands an explicit value: a file is itself; a folder yields the
+// sonames present in it. Relative paths are made absolute against nothing: they
+// are refused, so the working directory is never searched implicitly.
+func candidates(spec libSpec, val string) ([]string, error) {
+	if !filepath.IsAbs(val) {
+		return nil, fmt.Errorf("%q is not an absolute path", val)
+	}
+	st, err := os.Stat(val)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("no such file or directory: %w", ErrNotFound)
+		}
+		return nil, err
+	}
+	if !st.IsDir() {
+		return []string{val}, nil
+	}
+	var out []string
+	for _, so := range spec.sonames {
+		if p := filepath.Join(val, so); isFile(p) {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("folder has no %s: %w", strings.Join(spec.sonames, ", "), ErrNotFound)
+	}
+	return out, nil
+}
+
+// homePaths lists the sonames present below one conventional home.
+func homePaths(spec libSpec, h homeDir, val string) []string {
+	if !filepath.IsAbs(val) {
+		return nil
+	}
+	var out []string
+	for _, sub := range h.subs {
+		dirs := []string{filepath.Join(val, sub)}
+		if strings.Contains(sub, "*") {
+			dirs, _ = filepath.Glob(filepath.Join(val, sub))
+			// Newest Python first: python3.12 before python3.9.
+			sort.Slice(dirs, func(i, j int) bool { return pyVersion(dirs[i]) > pyVersion(dirs[j]) })
+		}
+		for _, d := range dirs {
+			for _, so := range spec.sonames {
+				if p := filepath.Join(d, so); isFile(p) {
+					out = append(out, p)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func pyVersion(dir string) int {
+	i := strings.Index(dir, "python3.")
+	if i < 0 {
+		return 0
+	}
+	rest := dir[i+len("python3."):]
+	if j := strings.IndexByte(rest, '/'); j >= 0 {
+		rest = rest[:j]
+	}
+	n, _ := strconv.Atoi(rest)
+	return n
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// openFile checks that path is an ELF shared object for this architecture, then
+// opens it. Checking first turns dlopen's terse words into typed errors.
+func openFile(path string) (uintptr, error) {
+	if err := checkELF(path); err != nil {
+		return 0, err
+	}
+	return dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+}
+
+// elfMachine is the ELF machine of this process.
+var elfMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH]
+
+func checkELF(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		var fe *elf.FormatError
+		if errors.As(err, &fe) {
+			return fmt.Errorf("%w (%v)", ErrNotELF, fe)
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("no such file: %w", ErrNotFound)
+		}
+		return err
+	}
+	defer f.Close()
+	if f.Machine != elfMachine || f.Class != elf.ELFCLASS64 {
+		return fmt.Errorf("%w: %s %s, this process is %s", ErrWrongArch, f.Class, f.Machine, runtime.GOARCH)
+	}
+	if f.Type != elf.ET_DYN {
+		return fmt.Errorf("%w: ELF type %s", ErrNotELF, f.Type)
+	}
+	return nil
+}
+
+// dlopen keeps dlerror's words: purego reads dlerror in a separate call, so the
+// thread is locked around both (dlerror's state is per thread).
+func dlopen(path string, mode int) (uintptr, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	h, err := purego.Dlopen(path, mode)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrDlopen, err)
+	}
+	return h, nil
+}
+
+// dlsym returns 0 for a missing symbol.
+func dlsym(h uintptr, name string) uintptr {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	p, err := purego.Dlsym(h, name)
+	if err != nil {
+		return 0
+	}
+	return p
+}
+
+// mappedPath finds the file that backs the library behind handle h: the mapping
+// of /proc/self/maps that holds one of its symbols. The kernel names the real
+// file, after every symbolic link and loader search path.
+func mappedPath(h uintptr, sonames []string) (string, error) {
+	var addr uintptr
+	for _, s := range []string{"ncclGetVersion", "cudaRuntimeGetVersion"} {
+		if addr = dlsym(h, s); addr != 0 {
+			break
+		}
+	}
+	if addr == 0 {
+		return "", errors.New("no known symbol to locate the library")
+	}
+	return mappingOf(addr)
+}
+
+func mappingOf(addr uintptr) (string, error) {
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// 7f12c0000000-7f12c0021000 r-xp 00000000 08:01 1234   /usr/lib/libnccl.so.2.28.3
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 6 {
+			continue
+		}
+		lo, hi, ok := strings.Cut(fields[0], "-")
+		if !ok {
+			continue
+		}
+		l, err1 := strconv.ParseUint(lo, 16, 64)
+		u, err2 := strconv.ParseUint(hi, 16, 64)
+		if err1 != nil || err2 != nil || uint64(addr) < l || uint64(addr) >= u {
+			continue
+		}
+		return strings.Join(fields[5:], " "), nil
+	}
+	return "", fmt.Errorf("address %#x not in /proc/self/maps", addr)
+}

@@ -1,0 +1,285 @@
+package nccl
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// envMap is a getenv for search that sees only the given variables, so tests do
+// not depend on the machine's NCCL_HOME or CONDA_PREFIX.
+func envMap(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+// copyLib copies a fake libnccl.so.2 into dir (created), so each location in a
+// test is a distinct file.
+func copyLib(t *testing.T, variant, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(FakeNCCL(t, variant), "libnccl.so.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "libnccl.so.2")
+	if err := os.WriteFile(p, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSearchOrder(t *testing.T) {
+	root := t.TempDir()
+	opt := copyLib(t, "default", filepath.Join(root, "opt"))
+	over := copyLib(t, "default", filepath.Join(root, "override"))
+	numba := copyLib(t, "default", filepath.Join(root, "numba"))
+	home := copyLib(t, "default", filepath.Join(root, "home", "lib"))
+	venv := copyLib(t, "default", filepath.Join(root, "venv", "lib", "python3.12", "site-packages", "nvidia", "nccl", "lib"))
+	copyLib(t, "default", filepath.Join(root, "venv", "lib", "python3.9", "site-packages", "nvidia", "nccl", "lib"))
+	conda := copyLib(t, "default", filepath.Join(root, "conda", "lib"))
+
+	all := []string{
+		"GONCCL_NCCL_LIB", filepath.Dir(over),
+		"NUMBA_NCCLLIB", filepath.Dir(numba),
+		"NCCL_HOME", filepath.Join(root, "home"),
+		"VIRTUAL_ENV", filepath.Join(root, "venv"),
+		"CONDA_PREFIX", filepath.Join(root, "conda"),
+	}
+	cases := []struct {
+		name     string
+		explicit string
+		drop     int // how many leading variable pairs of all to leave out
+		via      string
+		path     string
+	}{
+		{"option file beats all", opt, 0, ViaOption, opt},
+		{"option folder", filepath.Dir(opt), 0, ViaOption, opt},
+		{"GONCCL_NCCL_LIB", "", 0, "GONCCL_NCCL_LIB", over},
+		{"NUMBA_NCCLLIB", "", 1, "NUMBA_NCCLLIB", numba},
+		{"NCCL_HOME", "", 2, "NCCL_HOME", home},
+		{"VIRTUAL_ENV wheel, newest python first", "", 3, "VIRTUAL_ENV", venv},
+		{"CONDA_PREFIX", "", 4, "CONDA_PREFIX", conda},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f, err := search(ncclSpec, c.explicit, envMap(all[2*c.drop:]...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Via != c.via || f.Path != c.path {
+				t.Fatalf("found %s via %q, want %s via %q", f.Path, f.Via, c.path, c.via)
+			}
+			last := f.Trace[len(f.Trace)-1]
+			if last.Err != nil || last.Via != c.via {
+				t.Fatalf("trace ends with %v", last)
+			}
+		})
+	}
+}
+
+func TestSetButUnresolvedIsAnError(t *testing.T) {
+	root := t.TempDir()
+	copyLib(t, "default", filepath.Join(root, "home", "lib"))
+	empty := filepath.Join(root, "empty")
+	os.Mkdir(empty, 0o755)
+	for _, c := range []struct {
+		name string
+		env  []string
+		opt  string
+		want error
+	}{
+		{"override missing file", []string{"GONCCL_NCCL_LIB", filepath.Join(root, "nope.so"), "NCCL_HOME", filepath.Join(root, "home")}, "", ErrNotFound},
+		{"override empty folder", []string{"GONCCL_NCCL_LIB", empty, "NCCL_HOME", filepath.Join(root, "home")}, "", ErrNotFound},
+		{"override relative", []string{"GONCCL_NCCL_LIB", "lib/libnccl.so.2", "NCCL_HOME", filepath.Join(root, "home")}, "", nil},
+		{"option missing", []string{"NCCL_HOME", filepath.Join(root, "home")}, filepath.Join(root, "nope"), ErrNotFound},
+		{"NUMBA_NCCLLIB empty folder", []string{"NUMBA_NCCLLIB", empty, "NCCL_HOME", filepath.Join(root, "home")}, "", ErrNotFound},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, err := search(ncclSpec, c.opt, envMap(c.env...))
+			if err == nil {
+				t.Fatalf("loaded %s via %s; want an error, not a fall-through", f.Path, f.Via)
+			}
+			var le *LoadError
+			if !errors.As(err, &le) || len(le.Trace) == 0 {
+				t.Fatalf("error %v is not a *LoadError with a trace", err)
+			}
+			if c.want != nil && !errors.Is(err, c.want) {
+				t.Fatalf("error %v does not match %v", err, c.want)
+			}
+			if !strings.Contains(err.Error(), "GONCCL_NCCL_LIB") {
+				t.Fatalf("error does not say what to set: %v", err)
+			}
+		})
+	}
+}
+
+func TestUnsetHomesFallThrough(t *testing.T) {
+	// NCCL_HOME pointing at a folder without NCCL is common (set for another
+	// build): it is noted in the trace and the search goes on.
+	root := t.TempDir()
+	conda := copyLib(t, "default", filepath.Join(root, "conda", "lib"))
+	f, err := search(ncclSpec, "", envMap("NCCL_HOME", filepath.Join(root, "nothing"), "CONDA_PREFIX", filepath.Join(root, "conda")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Path != conda || f.Trace[0].Via != "NCCL_HOME" || !errors.Is(f.Trace[0].Err, ErrNotFound) {
+		t.Fatalf("got %s, trace %v", f.Path, f.Trace)
+	}
+}
+
+func TestSymlinkResolved(t *testing.T) {
+	root := t.TempDir()
+	real := copyLib(t, "default", filepath.Join(root, "real"))
+	real2 := filepath.Join(filepath.Dir(real), "libnccl.so.2.28.3")
+	if err := os.Rename(real, real2); err != nil {
+		t.Fatal(err)
+	}
+	links := filepath.Join(root, "links")
+	os.Mkdir(links, 0o755)
+	if err := os.Symlink(real2, filepath.Join(links, "libnccl.so.2")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := search(ncclSpec, "", envMap("GONCCL_NCCL_LIB", links))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Path != real2 {
+		t.Fatalf("Path = %s, want the real file %s", f.Path, real2)
+	}
+}
+
+func TestNotELF(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "libnccl.so.2")
+	os.WriteFile(p, []byte("#!/bin/sh\necho this is not a library\n"), 0o755)
+	_, err := search(ncclSpec, "", envMap("GONCCL_NCCL_LIB", p))
+	if !errors.Is(err, ErrNotELF) {
+		t.Fatalf("error = %v, want ErrNotELF", err)
+	}
+}
+
+func TestWrongArchitecture(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(FakeNCCL(t, "default"), "libnccl.so.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// e_machine is the 16-bit field at offset 18: claim the other architecture.
+	other := map[string]uint16{"amd64": 183 /* EM_AARCH64 */, "arm64": 62 /* EM_X86_64 */}[runtime.GOARCH]
+	b[18], b[19] = byte(other), byte(other>>8)
+	p := filepath.Join(t.TempDir(), "libnccl.so.2")
+	os.WriteFile(p, b, 0o755)
+	_, err = search(ncclSpec, "", envMap("GONCCL_NCCL_LIB", p))
+	if !errors.Is(err, ErrWrongArch) {
+		t.Fatalf("error = %v, want ErrWrongArch", err)
+	}
+}
+
+func TestNotFoundExplains(t *testing.T) {
+	out, err := runChild(t, "open-nothing")
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+func init() {
+	// With no variable set and nothing on the loader path, Open fails with a
+	// *LoadError whose trace shows the system loader and which names the variable.
+	children["open-nothing"] = func() error {
+		_, err := Open()
+		var le *LoadError
+		if !errors.As(err, &le) || !errors.Is(err, ErrNotFound) {
+			return errorf("Open() = %v, want a *LoadError matching ErrNotFound", err)
+		}
+		sawLoader := false
+		for _, a := range le.Trace {
+			if a.Via == ViaSystemLoader {
+				sawLoader = true
+				if !errors.Is(a.Err, ErrDlopen) || !strings.Contains(a.Err.Error(), "libnccl.so") {
+					return errorf("system loader attempt lacks dlerror's words: %v", a.Err)
+				}
+			}
+		}
+		if !sawLoader || !strings.Contains(err.Error(), "GONCCL_NCCL_LIB") {
+			return errorf("error does not show the system loader or the variable to set:\n%v", err)
+		}
+		return nil
+	}
+	// LD_LIBRARY_PATH is read by the dynamic loader when the process starts: a
+	// child started with it finds the fake through the system loader.
+	children["system-loader"] = func() error {
+		l, err := Open()
+		if err != nil {
+			return err
+		}
+		want := os.Getenv("WANT_PATH")
+		if l.Via != ViaSystemLoader || l.Path != want || l.CUDA().Via != ViaSystemLoader {
+			return errorf("NCCL %s via %q, CUDA via %q; want %s via the system loader", l.Path, l.Via, l.CUDA().Via, want)
+		}
+		return nil
+	}
+	// A library the process has already mapped is reused, not loaded twice.
+	children["already-loaded"] = func() error {
+		if _, err := dlopen(os.Getenv("PRELOAD"), 2); err != nil {
+			return err
+		}
+		f, err := search(ncclSpec, "", envMap())
+		if err != nil {
+			return err
+		}
+		if f.Via != ViaAlreadyLoaded || f.Path != os.Getenv("PRELOAD") {
+			return errorf("found %s via %q, want the preloaded copy", f.Path, f.Via)
+		}
+		return nil
+	}
+}
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+func TestSystemLoader(t *testing.T) {
+	nccl := filepath.Join(FakeNCCL(t, "default"), "libnccl.so.2")
+	out, err := runChild(t, "system-loader",
+		"LD_LIBRARY_PATH="+FakeNCCL(t, "default")+":"+FakeCUDART(t), "WANT_PATH="+nccl)
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+func TestAlreadyLoaded(t *testing.T) {
+	nccl := filepath.Join(FakeNCCL(t, "old"), "libnccl.so.2")
+	out, err := runChild(t, "already-loaded", "PRELOAD="+nccl)
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+func TestCUDARuntimeSearch(t *testing.T) {
+	root := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(FakeCUDART(t), "libcudart.so.12"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(dir, name string) string {
+		os.MkdirAll(dir, 0o755)
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, b, 0o755)
+		return p
+	}
+	wheel := put(filepath.Join(root, "venv", "lib", "python3.11", "site-packages", "nvidia", "cuda_runtime", "lib"), "libcudart.so.12")
+	put(filepath.Join(root, "cuda", "lib64"), "libcudart.so.12")
+	f, err := search(cudartSpec, "", envMap("VIRTUAL_ENV", filepath.Join(root, "venv"), "CUDA_HOME", filepath.Join(root, "cuda")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Path != wheel || f.Via != "VIRTUAL_ENV" {
+		t.Fatalf("got %s via %s, want the wheel", f.Path, f.Via)
+	}
+}

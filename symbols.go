@@ -1,0 +1,222 @@
+package nccl
+
+import (
+	"fmt"
+
+	"github.com/gonccl/nccl/abi"
+)
+
+// The symbol tables: one row per C function gonccl calls. A row drives loading
+// (required rows must resolve, optional ones are probed), feature queries
+// (Library.Has, Library.Features) and the "not supported ... requires >= x"
+// errors. Adding an NCCL function is one row here plus its Go method.
+
+// MinVersion is the oldest NCCL gonccl loads: the first with ncclConfig_t,
+// ncclCommFinalize and non-blocking communicators.
+var MinVersion = abi.V(2, 14, 0)
+
+// symbol describes one C function.
+type symbol struct {
+	name   string      // C name
+	alt    string      // another exported name for the same function, tried second
+	since  abi.Version // the release that added it
+	vendor string      // non-empty for a fork's extension ("VCCL"); never required
+}
+
+// required reports whether loading fails without the symbol: everything every
+// supported release has.
+func (s symbol) required(min abi.Version) bool {
+	return s.vendor == "" && min.AtLeast(s.since)
+}
+
+func (s symbol) requirement() string {
+	if s.vendor != "" {
+		return "requires " + s.vendor
+	}
+	return "requires >= " + s.since.String()
+}
+
+// NCCL functions, indexes into ncclSymbols and Library.fn.
+const (
+	fnGetVersion = iota
+	fnGetUniqueID
+	fnGetErrorString
+	fnGetLastError
+	fnCommInitRank
+	fnCommInitRankConfig
+	fnCommInitAll
+	fnCommInitRankScalable
+	fnCommSplit
+	fnCommFinalize
+	fnCommDestroy
+	fnCommAbort
+	fnCommGetAsyncError
+	fnCommCount
+	fnCommCuDevice
+	fnCommUserRank
+	fnAllReduce
+	fnBroadcast
+	fnReduce
+	fnAllGather
+	fnReduceScatter
+	fnAlltoAll
+	fnGather
+	fnScatter
+	fnSend
+	fnRecv
+	fnAlltoAllv
+	fnGroupStart
+	fnGroupEnd
+	fnRedOpCreatePreMulSum
+	fnRedOpDestroy
+	fnCommRegister
+	fnCommDeregister
+	fnMemAlloc
+	fnMemFree
+	fnCommWindowRegister
+	fnCommWindowDeregister
+	numNCCLSymbols
+)
+
+var ncclSymbols = [numNCCLSymbols]symbol{
+	fnGetVersion:           {name: "ncclGetVersion", since: abi.V(2, 3, 0)},
+	fnGetUniqueID:          {name: "ncclGetUniqueId", since: abi.V(2, 3, 0)},
+	fnGetErrorString:       {name: "ncclGetErrorString", since: abi.V(2, 3, 0)},
+	fnGetLastError:         {name: "ncclGetLastError", since: abi.V(2, 13, 0)},
+	fnCommInitRank:         {name: "ncclCommInitRank", since: abi.V(2, 3, 0)},
+	fnCommInitRankConfig:   {name: "ncclCommInitRankConfig", since: abi.V(2, 14, 0)},
+	fnCommInitAll:          {name: "ncclCommInitAll", since: abi.V(2, 3, 0)},
+	fnCommInitRankScalable: {name: "ncclCommInitRankScalable", since: abi.V(2, 23, 0)},
+	fnCommSplit:            {name: "ncclCommSplit", since: abi.V(2, 18, 0)},
+	fnCommFinalize:         {name: "ncclCommFinalize", since: abi.V(2, 14, 0)},
+	fnCommDestroy:          {name: "ncclCommDestroy", since: abi.V(2, 3, 0)},
+	fnCommAbort:            {name: "ncclCommAbort", since: abi.V(2, 4, 0)},
+	fnCommGetAsyncError:    {name: "ncclCommGetAsyncError", since: abi.V(2, 4, 0)},
+	fnCommCount:            {name: "ncclCommCount", since: abi.V(2, 3, 0)},
+	fnCommCuDevice:         {name: "ncclCommCuDevice", since: abi.V(2, 3, 0)},
+	fnCommUserRank:         {name: "ncclCommUserRank", since: abi.V(2, 3, 0)},
+	fnAllReduce:            {name: "ncclAllReduce", since: abi.V(2, 3, 0)},
+	fnBroadcast:            {name: "ncclBroadcast", since: abi.V(2, 3, 0)},
+	fnReduce:               {name: "ncclReduce", since: abi.V(2, 3, 0)},
+	fnAllGather:            {name: "ncclAllGather", since: abi.V(2, 3, 0)},
+	fnReduceScatter:        {name: "ncclReduceScatter", since: abi.V(2, 3, 0)},
+	fnAlltoAll:             {name: "ncclAlltoAll", since: abi.V(2, 28, 0)},
+	fnGather:               {name: "ncclGather", since: abi.V(2, 28, 0)},
+	fnScatter:              {name: "ncclScatter", since: abi.V(2, 28, 0)},
+	fnSend:                 {name: "ncclSend", since: abi.V(2, 7, 0)},
+	fnRecv:                 {name: "ncclRecv", since: abi.V(2, 7, 0)},
+	fnAlltoAllv:            {name: "ncclAlltoAllv", vendor: "VCCL"},
+	fnGroupStart:           {name: "ncclGroupStart", since: abi.V(2, 3, 0)},
+	fnGroupEnd:             {name: "ncclGroupEnd", since: abi.V(2, 3, 0)},
+	fnRedOpCreatePreMulSum: {name: "ncclRedOpCreatePreMulSum", since: abi.V(2, 11, 0)},
+	fnRedOpDestroy:         {name: "ncclRedOpDestroy", since: abi.V(2, 11, 0)},
+	fnCommRegister:         {name: "ncclCommRegister", since: abi.V(2, 19, 0)},
+	fnCommDeregister:       {name: "ncclCommDeregister", since: abi.V(2, 19, 0)},
+	fnMemAlloc:             {name: "ncclMemAlloc", since: abi.V(2, 19, 0)},
+	fnMemFree:              {name: "ncclMemFree", since: abi.V(2, 19, 0)},
+	fnCommWindowRegister:   {name: "ncclCommWindowRegister", since: abi.V(2, 27, 0)},
+	fnCommWindowDeregister: {name: "ncclCommWindowDeregister", since: abi.V(2, 27, 0)},
+}
+
+// CUDA runtime functions, indexes into cudaSymbols and CUDA.fn. All are required:
+// every CUDA runtime since 11.0 has them.
+const (
+	cuRuntimeGetVersion = iota
+	cuDriverGetVersion
+	cuGetDeviceCount
+	cuSetDevice
+	cuGetDevice
+	cuDeviceSynchronize
+	cuMalloc
+	cuFree
+	cuMallocHost
+	cuFreeHost
+	cuMemcpy
+	cuMemcpyAsync
+	cuMemset
+	cuMemsetAsync
+	cuStreamCreateWithFlags
+	cuStreamDestroy
+	cuStreamSynchronize
+	cuStreamQuery
+	cuStreamWaitEvent
+	cuEventCreateWithFlags
+	cuEventRecord
+	cuEventSynchronize
+	cuEventQuery
+	cuEventElapsedTime
+	cuEventDestroy
+	cuPointerGetAttributes
+	cuGetErrorName
+	cuGetErrorString
+	cuGetLastError
+	numCUDASymbols
+)
+
+var cudaSymbols = [numCUDASymbols]symbol{
+	cuRuntimeGetVersion:     {name: "cudaRuntimeGetVersion"},
+	cuDriverGetVersion:      {name: "cudaDriverGetVersion"},
+	cuGetDeviceCount:        {name: "cudaGetDeviceCount"},
+	cuSetDevice:             {name: "cudaSetDevice"},
+	cuGetDevice:             {name: "cudaGetDevice"},
+	cuDeviceSynchronize:     {name: "cudaDeviceSynchronize"},
+	cuMalloc:                {name: "cudaMalloc"},
+	cuFree:                  {name: "cudaFree"},
+	cuMallocHost:            {name: "cudaMallocHost"},
+	cuFreeHost:              {name: "cudaFreeHost"},
+	cuMemcpy:                {name: "cudaMemcpy"},
+	cuMemcpyAsync:           {name: "cudaMemcpyAsync"},
+	cuMemset:                {name: "cudaMemset"},
+	cuMemsetAsync:           {name: "cudaMemsetAsync"},
+	cuStreamCreateWithFlags: {name: "cudaStreamCreateWithFlags"},
+	cuStreamDestroy:         {name: "cudaStreamDestroy"},
+	cuStreamSynchronize:     {name: "cudaStreamSynchronize"},
+	cuStreamQuery:           {name: "cudaStreamQuery"},
+	cuStreamWaitEvent:       {name: "cudaStreamWaitEvent"},
+	cuEventCreateWithFlags:  {name: "cudaEventCreateWithFlags"},
+	cuEventRecord:           {name: "cudaEventRecord"},
+	cuEventSynchronize:      {name: "cudaEventSynchronize"},
+	cuEventQuery:            {name: "cudaEventQuery"},
+	// CUDA 12.8 added the _v2 form; accept whichever the runtime exports.
+	cuEventElapsedTime:     {name: "cudaEventElapsedTime", alt: "cudaEventElapsedTime_v2"},
+	cuEventDestroy:         {name: "cudaEventDestroy"},
+	cuPointerGetAttributes: {name: "cudaPointerGetAttributes"},
+	cuGetErrorName:         {name: "cudaGetErrorName"},
+	cuGetErrorString:       {name: "cudaGetErrorString"},
+	cuGetLastError:         {name: "cudaGetLastError"},
+}
+
+// resolve fills fn from table. Rows for which required reports true must resolve;
+// the first missing one is returned as a *MissingSymbolError.
+func resolve(h uintptr, path string, table []symbol, fn []uintptr, required func(symbol) bool) error {
+	for i, s := range table {
+		p := dlsym(h, s.name)
+		if p == 0 && s.alt != "" {
+			p = dlsym(h, s.alt)
+		}
+		fn[i] = p
+		if p == 0 && required(s) {
+			return &MissingSymbolError{Symbol: s.name, Path: path}
+		}
+	}
+	return nil
+}
+
+// Feature is one optional NCCL function and whether the loaded library has it.
+type Feature struct {
+	Name    string      // C name, e.g. "ncclCommSplit"
+	Since   abi.Version // the NCCL release that added it (zero for a fork's extension)
+	Vendor  string      // "VCCL" for a fork's extension
+	Present bool
+}
+
+func (f Feature) String() string {
+	mark := "-"
+	if f.Present {
+		mark = "+"
+	}
+	if f.Vendor != "" {
+		return fmt.Sprintf("%s%s (%s)", mark, f.Name, f.Vendor)
+	}
+	return fmt.Sprintf("%s%s (%s)", mark, f.Name, f.Since)
+}
