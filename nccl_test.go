@@ -471,27 +471,32 @@ func TestCollectives(t *testing.T) {
 		for _, n := range []int{1, 2, 3, 4, 8} {
 			t.Run(fmt.Sprintf("%s/%dranks", variant, n), func(t *testing.T) {
 				ranks := initRanks(t, l, n)
-				rng := rand.New(rand.NewPCG(uint64(n), 42))
-				for _, cc := range collCases(n - 1) {
-					if !l.Has("nccl" + cc.name) {
-						continue // AlltoAll, Gather, Scatter before 2.28: see the fallbacks in collectives
-					}
-					reduces := strings.Contains(cc.name, "Reduce")
-					for _, dt := range allTypes(l) {
-						c := codec{dt}
-						opNames := []string{""}
-						if reduces {
-							opNames = []string{"sum", "prod", "max", "min", "avg", "premul"}
-						}
-						for _, opName := range opNames {
-							runCollective(t, l, ranks, cc, c, opName, false, rng)
-							if cc.inPlace(0, n) >= 0 {
-								runCollective(t, l, ranks, cc, c, opName, true, rng)
-							}
-						}
-					}
-				}
+				runAllCases(t, l, ranks, rand.New(rand.NewPCG(uint64(n), 42)))
 			})
+		}
+	}
+}
+
+// runAllCases runs every case the library has with every type and reduction.
+func runAllCases(t *testing.T, l *nccl.Library, ranks []rank, rng *rand.Rand) {
+	n := len(ranks)
+	for _, cc := range collCases(n - 1) {
+		if !l.Has("nccl" + cc.name) {
+			continue // AlltoAll, Gather, Scatter before 2.28: see the fallbacks in collectives
+		}
+		reduces := strings.Contains(cc.name, "Reduce")
+		for _, dt := range allTypes(l) {
+			c := codec{dt}
+			opNames := []string{""}
+			if reduces {
+				opNames = []string{"sum", "prod", "max", "min", "avg", "premul"}
+			}
+			for _, opName := range opNames {
+				runCollective(t, l, ranks, cc, c, opName, false, rng)
+				if cc.inPlace(0, n) >= 0 {
+					runCollective(t, l, ranks, cc, c, opName, true, rng)
+				}
+			}
 		}
 	}
 }

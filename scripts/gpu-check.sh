@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs gonccl's GPU checks on a machine with GPUs and NCCL, from binaries built
+# elsewhere (the GPU machine needs no Go):
+#
+#   scripts/gpu-check.sh build        # here: cross-compile into .gpu/bin
+#   scripts/gpu-check.sh run [OUT]    # there: run everything, logs and a summary in OUT
+#
+# Libraries checked: the system NCCL, the NCCL of a PyTorch virtualenv
+# (TORCH_VENV, default /opt/torch/.venv) and, when VCCL_LIB names a folder with a
+# VCCL build, that too. NCCL_NVLS_ENABLE=0 always: NVLink multicast stays off.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0
+
+case "${1:-}" in
+build)
+  set -e
+  mkdir -p .gpu/bin
+  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -tags gpu -c -o .gpu/bin/nccl-gpu.test .
+  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o .gpu/bin/nccl-info ./cmd/nccl-info
+  ls -la .gpu/bin
+  ;;
+run)
+  OUT=${2:-${OUT:-/tmp/gonccl-gpu}}
+  mkdir -p "$OUT"
+  VENV=${TORCH_VENV:-/opt/torch/.venv}
+  WHEEL=$(ls -d "$VENV"/lib/python3*/site-packages/nvidia/nccl/lib 2>/dev/null | head -1)
+  summary="$OUT/summary.txt"
+  : >"$summary"
+  nvidia-smi -L >>"$summary" 2>&1
+  # lib label, then env assignments for that library
+  check() {
+    local label=$1; shift
+    echo "== $label" | tee -a "$summary"
+    env "$@" .gpu/bin/nccl-info >"$OUT/nccl-info-$label.txt" 2>&1
+    grep -E "file|found by|version" "$OUT/nccl-info-$label.txt" | head -4 | sed 's/^/   /' | tee -a "$summary"
+    env "$@" .gpu/bin/nccl-info -json >"$OUT/nccl-info-$label.json" 2>&1
+    env "$@" .gpu/bin/nccl-gpu.test -test.v -test.run 'TestGPU' -test.count=1 >"$OUT/test-$label.log" 2>&1
+    local rc=$?
+    local pass fail
+    pass=$(grep -c -- '^--- PASS\|^    --- PASS' "$OUT/test-$label.log")
+    fail=$(grep -c -- '--- FAIL' "$OUT/test-$label.log")
+    echo "   tests: exit $rc, $pass passed, $fail failed" | tee -a "$summary"
+  }
+  check system
+  [ -n "$WHEEL" ] && check wheel GONCCL_NCCL_LIB="$WHEEL"
+  [ -n "$WHEEL" ] && check venv VIRTUAL_ENV="$VENV"
+  [ -n "${VCCL_LIB:-}" ] && check vccl GONCCL_NCCL_LIB="$VCCL_LIB"
+  cat "$summary"
+  ;;
+*)
+  echo "usage: $0 build | run [OUT]" >&2
+  exit 2
+  ;;
+esac
