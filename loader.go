@@ -231,7 +231,7 @@ func search(spec libSpec, explicit string, getenv func(string) string) (LibraryF
 	} else if ok {
 		return f, nil
 	}
-	return fail(ErrNotFound)
+	return fail(fmt.Errorf("no %s in any place searched: %w", strings.Join(spec.sonames, " or "), ErrNotFound))
 }
 
 // finish fills in the mapped path of a loaded library.

@@ -18,6 +18,8 @@ build)
   mkdir -p .gpu/bin
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -tags gpu -c -o .gpu/bin/nccl-gpu.test .
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o .gpu/bin/nccl-info ./cmd/nccl-info
+  mkdir -p .gpu/bin/examples
+  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o .gpu/bin/examples/ ./examples/...
   ls -la .gpu/bin
   ;;
 run)
@@ -41,7 +43,40 @@ run)
     pass=$(grep -c -- '^--- PASS\|^    --- PASS' "$OUT/test-$label.log")
     fail=$(grep -c -- '--- FAIL' "$OUT/test-$label.log")
     echo "   tests: exit $rc, $pass passed, $fail failed" | tee -a "$summary"
+    examples "$label" "$@"
   }
+  # examples LABEL ENV...: every example, its exact command, ok or FAIL.
+  examples() {
+    local label=$1; shift
+    local log="$OUT/examples-$label.log" port=$((29500 + RANDOM % 400))
+    : >"$log"
+    run_example() {
+      echo "\$ $*" >>"$log"
+      if timeout 120 "$@" >>"$log" 2>&1; then echo "   example ok:   $*" | tee -a "$summary"
+      else echo "   example FAIL: $*" | tee -a "$summary"; fi
+    }
+    local E=.gpu/bin/examples
+    run_example env "$@" $E/allreduce -np 2
+    run_example env "$@" $E/allreduce -np 2 -idfile "/tmp/gonccl-id-$label-$$"
+    if command -v mpirun >/dev/null; then
+      local xs=() kv
+      for kv in "$@"; do xs+=(-x "${kv%%=*}"); done
+      run_example env "$@" mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE "${xs[@]}" \
+        -x NCCL_COMM_ID=127.0.0.1:$port $E/allreduce
+    fi
+    run_example env "$@" bash -c "MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port+1)) WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 $E/allreduce & MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port+1)) WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 $E/allreduce && wait \$!"
+    run_example env "$@" $E/multigpu
+    run_example env "$@" $E/split
+    run_example env "$@" $E/split -ids
+    run_example env "$@" $E/alltoallv
+    run_example env "$@" $E/alltoallv -grouped
+    run_example env "$@" $E/sendrecv
+    run_example env "$@" $E/dataparallel
+    grep -h "checksum\|correct\|identical" "$log" | sed 's/^/      /' >>"$summary"
+  }
+  if [ -n "${BUILD_VCCL:-}" ] && [ -d .gpu/vccl ]; then
+    VCCL_LIB=$(bash .gpu/build-vccl.sh) && echo "VCCL built: $VCCL_LIB" | tee -a "$summary"
+  fi
   check system
   [ -n "$WHEEL" ] && check wheel GONCCL_NCCL_LIB="$WHEEL"
   [ -n "$WHEEL" ] && check venv VIRTUAL_ENV="$VENV"
