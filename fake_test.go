@@ -114,7 +114,7 @@ func buildFakes(dir string) error {
 			// -Bsymbolic: each variant calls its own functions even when several
 			// variants are loaded in one test process.
 			args = append(args, "-Wl,-soname,libnccl.so.2", "-Wl,-Bsymbolic", "-o", filepath.Join(out, "libnccl.so.2"),
-				filepath.Join(src, "fakenccl.c"), "-L"+cudart, "-l:libcudart.so.12", "-Wl,-rpath,"+cudart)
+				filepath.Join(src, "fakenccl.c"), "-L"+cudart, "-l:libcudart.so.12", "-Wl,-rpath,"+cudart, "-lm")
 			errs <- run(args...)
 		}()
 	}
