@@ -133,6 +133,9 @@ func buildFakes(dir string) error {
 // test binary with GONCCL_TEST_CHILD naming one of these.
 var children = map[string]func() error{}
 
+// Children lets the external test package add child processes.
+var Children = children
+
 func TestMain(m *testing.M) {
 	if name := os.Getenv("GONCCL_TEST_CHILD"); name != "" {
 		fn, ok := children[name]
@@ -154,11 +157,16 @@ func TestMain(m *testing.M) {
 }
 
 // runChild runs children[name] in a fresh copy of the test binary with env added
-// to a clean environment, and returns its combined output.
+// to a clean environment (the fakes already built are passed on), and returns its
+// combined output.
 func runChild(t *testing.T, name string, env ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append([]string{"GONCCL_TEST_CHILD=" + name, "PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	cmd.Env = append([]string{"GONCCL_TEST_CHILD=" + name, "PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+		"GONCCL_FAKE_DIR=" + FakeDir(t)}, env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// RunChild is runChild for the external test package.
+var RunChild = runChild
