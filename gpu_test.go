@@ -3,9 +3,15 @@
 package nccl_test
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -101,10 +107,109 @@ func TestGPUAllReduceFloat32(t *testing.T) {
 }
 
 // TestGPUCollectives runs the fake-library suite's cases on the real library:
-// every collective it has, every type, every reduction, in place and not.
+// every collective it has, every type, every reduction, in place and not; one
+// goroutine per GPU, each with its own InitRank.
 func TestGPUCollectives(t *testing.T) {
 	l, n := openReal(t)
 	ranks := initRanks(t, l, n)
-	rng := rand.New(rand.NewPCG(uint64(n), 7))
-	runAllCases(t, l, ranks, rng)
+	before := checked.cases.Load()
+	runAllCases(t, l, ranks, rand.New(rand.NewPCG(uint64(n), 7)))
+	t.Logf("%d rank-results checked, %d elements", checked.cases.Load()-before, checked.elements.Load())
+}
+
+// TestGPUCollectivesInitAll is the same from communicators made by one
+// ncclCommInitAll call in one process.
+func TestGPUCollectivesInitAll(t *testing.T) {
+	l, n := openReal(t)
+	devs := make([]int, n)
+	for i := range devs {
+		devs[i] = i
+	}
+	comms, err := l.InitAll(devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranks := make([]rank, n)
+	for i, c := range comms {
+		s, err := l.CUDA().StreamCreate(i, abi.StreamNonBlocking)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ranks[i] = rank{comm: c, s: s, dev: i}
+	}
+	defer func() {
+		for _, rk := range ranks {
+			rk.comm.Destroy()
+			l.CUDA().StreamDestroy(rk.s)
+		}
+	}()
+	before := checked.cases.Load()
+	runAllCases(t, l, ranks, rand.New(rand.NewPCG(uint64(n), 8)))
+	t.Logf("%d rank-results checked", checked.cases.Load()-before)
+}
+
+// TestGPUCollectivesMultiProcess runs the cases with one process per GPU: the
+// test binary starts itself once per rank (TestGPUChildRank), the ranks meet
+// through NCCL_COMM_ID, and each checks its own results against inputs it
+// regenerates for every rank from the shared seed.
+func TestGPUCollectivesMultiProcess(t *testing.T) {
+	_, n := openReal(t)
+	port := 29000 + os.Getpid()%900
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]bytes.Buffer, n)
+	for r := range n {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestGPUChildRank$", "-test.v")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("GONCCL_GPU_RANK=%d", r), fmt.Sprintf("GONCCL_GPU_WORLD=%d", n),
+			fmt.Sprintf("NCCL_COMM_ID=127.0.0.1:%d", port))
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	for r, cmd := range cmds {
+		err := cmd.Wait()
+		t.Logf("rank %d process:\n%s", r, lastLines(outs[r].String(), 4))
+		if err != nil {
+			t.Errorf("rank %d process: %v", r, err)
+		}
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestGPUChildRank is one rank of TestGPUCollectivesMultiProcess.
+func TestGPUChildRank(t *testing.T) {
+	me, err1 := strconv.Atoi(os.Getenv("GONCCL_GPU_RANK"))
+	n, err2 := strconv.Atoi(os.Getenv("GONCCL_GPU_WORLD"))
+	if err1 != nil || err2 != nil {
+		t.Skip("run by TestGPUCollectivesMultiProcess")
+	}
+	l, err := nccl.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := l.GetUniqueID() // from NCCL_COMM_ID: the same on every rank
+	if err != nil {
+		t.Fatal(err)
+	}
+	comm, err := l.InitRank(me, id, n, me)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comm.Destroy()
+	s, err := l.CUDA().StreamCreate(me, abi.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranks := make([]rank, n)
+	ranks[me] = rank{comm: comm, s: s, dev: me}
+	runAllCases(t, l, ranks, rand.New(rand.NewPCG(uint64(n), 9)))
+	t.Logf("rank %d of %d (pid %d): %d results checked, %d elements", me, n, os.Getpid(), checked.cases.Load(), checked.elements.Load())
 }

@@ -29,7 +29,8 @@ type Library struct {
 	closed atomic.Bool
 	comms  atomic.Int64 // live communicators
 
-	groups sync.Map // OS thread id → *groupState, for the groups now open
+	groupsMu sync.Mutex
+	groups   map[int]*groupState // OS thread id → the group open on it
 }
 
 // Option configures Open.
@@ -737,7 +738,9 @@ func (c *Comm) AlltoAllv(send DevicePtr, sendCounts, sendDispls []uint64, recv D
 		err = c.stream(fnAlltoAllv, uintptr(send), sc, sd, uintptr(recv), rc, rd, uintptr(relay), uintptr(relayCount), uintptr(dt), 0, uintptr(s))
 	}
 	if g := l.openGroup(); g != nil && err == nil {
+		l.groupsMu.Lock()
 		g.pins = append(g.pins, pin)
+		l.groupsMu.Unlock()
 	} else {
 		pin.Unpin()
 	}
@@ -927,22 +930,34 @@ func (l *Library) Group(fn func() error) error {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	tid := unix.Gettid()
-	v, _ := l.groups.LoadOrStore(tid, &groupState{})
-	g := v.(*groupState)
 	if err := l.call(fnGroupStart); err != nil {
 		return err
 	}
+	tid := unix.Gettid()
+	l.groupsMu.Lock()
+	g := l.groups[tid]
+	if g == nil {
+		g = groupStates.Get().(*groupState)
+		if l.groups == nil {
+			l.groups = map[int]*groupState{}
+		}
+		l.groups[tid] = g
+	}
 	g.depth++
+	l.groupsMu.Unlock()
 	ferr := fn()
 	eerr := l.call(fnGroupEnd)
-	g.depth--
-	if g.depth == 0 {
+	l.groupsMu.Lock()
+	if g.depth--; g.depth == 0 {
+		delete(l.groups, tid)
 		for _, p := range g.pins {
 			p.Unpin()
 		}
-		l.groups.Delete(tid)
+		clear(g.pins)
+		g.pins = g.pins[:0]
+		groupStates.Put(g)
 	}
+	l.groupsMu.Unlock()
 	if ferr != nil && eerr != nil {
 		return fmt.Errorf("%w (and ncclGroupEnd: %v)", ferr, eerr)
 	}
@@ -958,9 +973,9 @@ func (l *Library) Group(fn func() error) error {
 // openGroup is the group open on the calling goroutine's thread, if any. Only a
 // goroutine inside Group is locked to its thread, so a match is that goroutine.
 func (l *Library) openGroup() *groupState {
-	v, ok := l.groups.Load(unix.Gettid())
-	if !ok {
-		return nil
-	}
-	return v.(*groupState)
+	l.groupsMu.Lock()
+	defer l.groupsMu.Unlock()
+	return l.groups[unix.Gettid()]
 }
+
+var groupStates = sync.Pool{New: func() any { return new(groupState) }}

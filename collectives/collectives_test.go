@@ -257,7 +257,13 @@ func TestNativeAndGrouped(t *testing.T) {
 func TestTypedReductions(t *testing.T) {
 	l := open(t, "default")
 	for _, n := range []int{1, 3, 4} {
-		ranks := initRanks(t, l, n)
+		typedReductions(t, l, initRanks(t, l, n))
+	}
+}
+
+func typedReductions(t *testing.T, l *nccl.Library, ranks []rank) {
+	n := len(ranks)
+	{
 		const k = 11
 		in := make([][]int32, n)
 		for r := range in {
@@ -377,7 +383,19 @@ func TestAlltoAllvPaths(t *testing.T) {
 			}
 		}
 		for _, n := range []int{1, 2, 3, 4, 8} {
-			ranks := initRanks(t, l, n)
+			alltoallvPaths(t, l, initRanks(t, l, n))
+		}
+	}
+}
+
+// alltoallvPaths runs one uneven exchange by every form the library allows and
+// checks every element; "auto" must take the native path exactly where the
+// library has ncclAlltoAllv.
+func alltoallvPaths(t *testing.T, l *nccl.Library, ranks []rank) {
+	variant := l.Path
+	n := len(ranks)
+	{
+		{
 			m, total := layout(n)
 			for _, form := range []string{"auto", "grouped", "local"} {
 				got := make([][]int64, n)
@@ -603,5 +621,15 @@ func TestTypedCallAllocatesNothing(t *testing.T) {
 	l.CUDA().StreamSynchronize(ranks[0].s)
 	if n != 0 {
 		t.Fatalf("typed AllReduce allocates %v times", n)
+	}
+	// The grouped fallback too: the group, its closure and its bookkeeping.
+	n = testing.AllocsPerRun(100, func() {
+		if err := c.AlltoAllGrouped(ranks[0].comm, buf, buf, ranks[0].s); err != nil {
+			t.Fatal(err)
+		}
+	})
+	l.CUDA().StreamSynchronize(ranks[0].s)
+	if n != 0 {
+		t.Fatalf("grouped AlltoAll allocates %v times", n)
 	}
 }

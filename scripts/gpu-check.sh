@@ -17,6 +17,7 @@ build)
   set -e
   mkdir -p .gpu/bin
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -tags gpu -c -o .gpu/bin/nccl-gpu.test .
+  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -tags gpu -c -o .gpu/bin/collectives-gpu.test ./collectives
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o .gpu/bin/nccl-info ./cmd/nccl-info
   mkdir -p .gpu/bin/examples
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o .gpu/bin/examples/ ./examples/...
@@ -28,27 +29,32 @@ run)
   VENV=${TORCH_VENV:-/opt/torch/.venv}
   WHEEL=$(ls -d "$VENV"/lib/python3*/site-packages/nvidia/nccl/lib 2>/dev/null | head -1)
   summary="$OUT/summary.txt"
+  LOGS=$(mktemp -d)
   : >"$summary"
+  date -u >>"$summary"
   nvidia-smi -L >>"$summary" 2>&1
   # lib label, then env assignments for that library
   check() {
     local label=$1; shift
     echo "== $label" | tee -a "$summary"
-    env "$@" .gpu/bin/nccl-info >"$OUT/nccl-info-$label.txt" 2>&1
-    grep -E "file|found by|version" "$OUT/nccl-info-$label.txt" | head -4 | sed 's/^/   /' | tee -a "$summary"
-    env "$@" .gpu/bin/nccl-info -json >"$OUT/nccl-info-$label.json" 2>&1
-    env "$@" .gpu/bin/nccl-gpu.test -test.v -test.run 'TestGPU' -test.count=1 >"$OUT/test-$label.log" 2>&1
-    local rc=$?
-    local pass fail
-    pass=$(grep -c -- '^--- PASS\|^    --- PASS' "$OUT/test-$label.log")
-    fail=$(grep -c -- '--- FAIL' "$OUT/test-$label.log")
-    echo "   tests: exit $rc, $pass passed, $fail failed" | tee -a "$summary"
+    env "$@" .gpu/bin/nccl-info >"$LOGS/nccl-info-$label.txt" 2>&1
+    grep -E "file|found by|version" "$LOGS/nccl-info-$label.txt" | head -4 | sed 's/^/   /' | tee -a "$summary"
+    env "$@" .gpu/bin/nccl-info -json >"$LOGS/nccl-info-$label.json" 2>&1
+    local t
+    for t in nccl collectives; do
+      env "$@" .gpu/bin/$t-gpu.test -test.v -test.run 'TestGPU' -test.count=1 -test.timeout=300s >"$LOGS/test-$t-$label.log" 2>&1
+      local rc=$? pass fail
+      pass=$(grep -c -- '^--- PASS' "$LOGS/test-$t-$label.log")
+      fail=$(grep -c -- '--- FAIL' "$LOGS/test-$t-$label.log")
+      echo "   $t tests: exit $rc, $pass passed, $fail failed" | tee -a "$summary"
+      grep -E "^--- (PASS|FAIL|SKIP)|checked|ncclAlltoAllv" "$LOGS/test-$t-$label.log" | sed 's/^/      /' >>"$summary"
+    done
     examples "$label" "$@"
   }
   # examples LABEL ENV...: every example, its exact command, ok or FAIL.
   examples() {
     local label=$1; shift
-    local log="$OUT/examples-$label.log" port=$((29500 + RANDOM % 400))
+    local log="$LOGS/examples-$label.log" port=$((29500 + RANDOM % 400))
     : >"$log"
     run_example() {
       echo "\$ $*" >>"$log"
@@ -81,6 +87,7 @@ run)
   [ -n "$WHEEL" ] && check wheel GONCCL_NCCL_LIB="$WHEEL"
   [ -n "$WHEEL" ] && check venv VIRTUAL_ENV="$VENV"
   [ -n "${VCCL_LIB:-}" ] && check vccl GONCCL_NCCL_LIB="$VCCL_LIB"
+  tar czf "$OUT/logs.tar.gz" -C "$LOGS" .
   cat "$summary"
   ;;
 *)
