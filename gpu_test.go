@@ -158,7 +158,7 @@ func TestGPUCollectivesMultiProcess(t *testing.T) {
 	cmds := make([]*exec.Cmd, n)
 	outs := make([]bytes.Buffer, n)
 	for r := range n {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestGPUChildRank$", "-test.v")
+		cmd := exec.Command(os.Args[0], "-test.run=^TestGPUChildRank$", "-test.v", "-test.timeout=240s")
 		cmd.Env = append(os.Environ(), fmt.Sprintf("GONCCL_GPU_RANK=%d", r), fmt.Sprintf("GONCCL_GPU_WORLD=%d", n),
 			fmt.Sprintf("NCCL_COMM_ID=127.0.0.1:%d", port))
 		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]

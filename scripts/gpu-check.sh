@@ -85,7 +85,11 @@ run)
   fi
   check system
   [ -n "$WHEEL" ] && check wheel GONCCL_NCCL_LIB="$WHEEL"
-  [ -n "$WHEEL" ] && check venv VIRTUAL_ENV="$VENV"
+  if [ -n "$WHEEL" ]; then # the same wheel found through VIRTUAL_ENV: the search only
+    echo "== venv" | tee -a "$summary"
+    VIRTUAL_ENV="$VENV" .gpu/bin/nccl-info >"$LOGS/nccl-info-venv.txt" 2>&1
+    grep -E "file|found by|version" "$LOGS/nccl-info-venv.txt" | head -5 | sed 's/^/   /' | tee -a "$summary"
+  fi
   [ -n "${VCCL_LIB:-}" ] && check vccl GONCCL_NCCL_LIB="$VCCL_LIB"
   tar czf "$OUT/logs.tar.gz" -C "$LOGS" .
   cat "$summary"
