@@ -285,3 +285,26 @@ func TestCUDARuntimeSearch(t *testing.T) {
 		t.Fatalf("got %s via %s, want the wheel", f.Path, f.Via)
 	}
 }
+
+// FuzzSearchValue feeds arbitrary values to the search variables: never a panic,
+// never a relative path tried, and a set override that does not resolve is an
+// error, not a fall-through.
+func FuzzSearchValue(f *testing.F) {
+	for _, s := range []string{"", "/", "lib", "./libnccl.so.2", "/nonexistent/libnccl.so.2", "/dev/null", "/proc", "\x00", "/tmp/../tmp"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, val string) {
+		if val == "" {
+			return
+		}
+		f, err := search(ncclSpec, "", envMap("GONCCL_NCCL_LIB", val))
+		for _, a := range f.Trace {
+			if !filepath.IsAbs(a.Path) && a.Via == "GONCCL_NCCL_LIB" && a.Err == nil {
+				t.Fatalf("loaded a relative path %q", a.Path)
+			}
+		}
+		if err == nil && f.Via != "GONCCL_NCCL_LIB" {
+			t.Fatalf("GONCCL_NCCL_LIB=%q fell through to %s", val, f.Via)
+		}
+	})
+}

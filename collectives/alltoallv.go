@@ -33,7 +33,7 @@ type Layout struct {
 // ready, with no "receiver ready" handshake: before reusing a receive buffer for
 // the next exchange, make sure every rank is done reading it (a barrier).
 func AlltoAllv[T Element](c *nccl.Comm, send, recv Buffer[T], m Layout, s nccl.Stream) (Path, error) {
-	if err := m.checkMatrix(c, send.n, recv.n); err != nil {
+	if err := m.checkMatrix(c.Count(), c.Rank(), send.n, recv.n); err != nil {
 		return Grouped, err
 	}
 	if err := checkBuffers(c, send, recv); err != nil {
@@ -48,7 +48,7 @@ func AlltoAllv[T Element](c *nccl.Comm, send, recv Buffer[T], m Layout, s nccl.S
 
 // AlltoAllvGrouped is AlltoAllv through grouped Send/Recv whatever the library has.
 func AlltoAllvGrouped[T Element](c *nccl.Comm, send, recv Buffer[T], m Layout, s nccl.Stream) error {
-	if err := m.checkMatrix(c, send.n, recv.n); err != nil {
+	if err := m.checkMatrix(c.Count(), c.Rank(), send.n, recv.n); err != nil {
 		return err
 	}
 	if err := checkBuffers(c, send, recv); err != nil {
@@ -61,7 +61,7 @@ func AlltoAllvGrouped[T Element](c *nccl.Comm, send, recv Buffer[T], m Layout, s
 // (MPI's form: one entry per peer). It always runs grouped Send/Recv: the native
 // call needs every rank's matrix.
 func AlltoAllvLocal[T Element](c *nccl.Comm, send, recv Buffer[T], local Layout, s nccl.Stream) error {
-	if err := local.checkLocal(c, send.n, recv.n); err != nil {
+	if err := local.checkLocal(c.Count(), send.n, recv.n); err != nil {
 		return err
 	}
 	if err := checkBuffers(c, send, recv); err != nil {
@@ -125,18 +125,17 @@ func (m Layout) checkLengths(want int) error {
 func (m Layout) checkRow(row, n, sendLen, recvLen int) error {
 	for j := range n {
 		k := row*n + j
-		if m.SendDispls[k]+m.SendCounts[k] > uint64(sendLen) || m.SendDispls[k] > uint64(sendLen) {
+		if m.SendDispls[k] > uint64(sendLen) || m.SendCounts[k] > uint64(sendLen)-m.SendDispls[k] {
 			return layoutError("block to rank %d (displacement %d, count %d) overruns the send buffer of %d", j, m.SendDispls[k], m.SendCounts[k], sendLen)
 		}
-		if m.RecvDispls[k]+m.RecvCounts[k] > uint64(recvLen) || m.RecvDispls[k] > uint64(recvLen) {
+		if m.RecvDispls[k] > uint64(recvLen) || m.RecvCounts[k] > uint64(recvLen)-m.RecvDispls[k] {
 			return layoutError("block from rank %d (displacement %d, count %d) overruns the receive buffer of %d", j, m.RecvDispls[k], m.RecvCounts[k], recvLen)
 		}
 	}
 	return nil
 }
 
-func (m Layout) checkMatrix(c *nccl.Comm, sendLen, recvLen int) error {
-	n := c.Count()
+func (m Layout) checkMatrix(n, me, sendLen, recvLen int) error {
 	if err := m.checkLengths(n * n); err != nil {
 		return err
 	}
@@ -147,11 +146,10 @@ func (m Layout) checkMatrix(c *nccl.Comm, sendLen, recvLen int) error {
 			}
 		}
 	}
-	return m.checkRow(c.Rank(), n, sendLen, recvLen)
+	return m.checkRow(me, n, sendLen, recvLen)
 }
 
-func (m Layout) checkLocal(c *nccl.Comm, sendLen, recvLen int) error {
-	n := c.Count()
+func (m Layout) checkLocal(n, sendLen, recvLen int) error {
 	if err := m.checkLengths(n); err != nil {
 		return err
 	}
