@@ -2,17 +2,23 @@ package nccl
 
 import (
 	"bufio"
+	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/gonccl/nccl/internal/ccall"
 )
 
 // This file finds and opens shared libraries: one search routine serves libnccl
@@ -327,24 +333,32 @@ func openFile(path string) (uintptr, error) {
 // elfMachine is the ELF machine of this process.
 var elfMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH]
 
+// checkELF reads the ELF header (64 bytes, nothing more: the loader parses the
+// rest) and refuses what dlopen would refuse with less helpful words.
 func checkELF(path string) error {
-	f, err := elf.Open(path)
+	f, err := os.Open(path)
 	if err != nil {
-		var fe *elf.FormatError
-		if errors.As(err, &fe) {
-			return fmt.Errorf("%w (%v)", ErrNotELF, fe)
-		}
 		if errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("no such file: %w", ErrNotFound)
 		}
 		return err
 	}
 	defer f.Close()
-	if f.Machine != elfMachine || f.Class != elf.ELFCLASS64 {
-		return fmt.Errorf("%w: %s %s, this process is %s", ErrWrongArch, f.Class, f.Machine, runtime.GOARCH)
+	var h [64]byte
+	n, _ := io.ReadFull(f, h[:])
+	if n < 20 || string(h[:4]) != elf.ELFMAG {
+		return fmt.Errorf("%w (no ELF magic)", ErrNotELF)
 	}
-	if f.Type != elf.ET_DYN {
-		return fmt.Errorf("%w: ELF type %s", ErrNotELF, f.Type)
+	class, data := elf.Class(h[elf.EI_CLASS]), elf.Data(h[elf.EI_DATA])
+	if data != elf.ELFDATA2LSB {
+		return fmt.Errorf("%w: %s, this process is %s", ErrWrongArch, data, runtime.GOARCH)
+	}
+	machine := elf.Machine(binary.LittleEndian.Uint16(h[18:]))
+	if machine != elfMachine || class != elf.ELFCLASS64 {
+		return fmt.Errorf("%w: %s %s, this process is %s", ErrWrongArch, class, machine, runtime.GOARCH)
+	}
+	if typ := elf.Type(binary.LittleEndian.Uint16(h[16:])); typ != elf.ET_DYN {
+		return fmt.Errorf("%w: ELF type %s", ErrNotELF, typ)
 	}
 	return nil
 }
@@ -365,17 +379,43 @@ func dlopen(path string, mode int) (uintptr, error) {
 func dlsym(h uintptr, name string) uintptr {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	p, err := purego.Dlsym(h, name)
+	return dlsymLocked(h, name)
+}
+
+// dlsymLocked is dlsym for a caller that holds its OS thread. It calls the C
+// dlsym through gonccl's own call path: purego.Dlsym goes through reflection,
+// which made it the largest part of Open's cost.
+func dlsymLocked(h uintptr, name string) uintptr {
+	fn := dlsymFn()
+	if fn == 0 {
+		p, err := purego.Dlsym(h, name)
+		if err != nil {
+			return 0
+		}
+		return p
+	}
+	z := append([]byte(name), 0)
+	return ccall.CallPtr(fn, h, uintptr(unsafe.Pointer(&z[0])))
+}
+
+var dlsymFn = sync.OnceValue(func() uintptr {
+	p, err := purego.Dlsym(purego.RTLD_DEFAULT, "dlsym")
 	if err != nil {
 		return 0
 	}
 	return p
-}
+})
 
-// mappedPath finds the file that backs the library behind handle h: the mapping
-// of /proc/self/maps that holds one of its symbols. The kernel names the real
-// file, after every symbolic link and loader search path.
+// mappedPath finds the file that backs the library behind handle h: the name
+// the dynamic loader recorded for it (dlinfo's link map), with symbolic links
+// resolved; where dlinfo is unavailable, the mapping of /proc/self/maps that
+// holds one of its symbols, which the kernel names after every link.
 func mappedPath(h uintptr, sonames []string) (string, error) {
+	if p := linkMapName(h); filepath.IsAbs(p) {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			return real, nil
+		}
+	}
 	var addr uintptr
 	for _, s := range []string{"ncclGetVersion", "cudaRuntimeGetVersion"} {
 		if addr = dlsym(h, s); addr != 0 {
@@ -388,6 +428,25 @@ func mappedPath(h uintptr, sonames []string) (string, error) {
 	return mappingOf(addr)
 }
 
+// rtldDILinkmap is glibc's RTLD_DI_LINKMAP request to dlinfo.
+const rtldDILinkmap = 2
+
+var dlinfoFn = sync.OnceValue(func() uintptr { return dlsym(purego.RTLD_DEFAULT, "dlinfo") })
+
+// linkMapName is l_name of the loader's struct link_map for handle h (the
+// second pointer of the struct), or "".
+func linkMapName(h uintptr) string {
+	fn := dlinfoFn()
+	if fn == 0 {
+		return ""
+	}
+	var lm *[2]uintptr
+	if r := ccall.CallPtr(fn, h, rtldDILinkmap, uintptr(unsafe.Pointer(&lm))); int32(r) != 0 || lm == nil {
+		return ""
+	}
+	return ccall.GoString(lm[1])
+}
+
 func mappingOf(addr uintptr) (string, error) {
 	f, err := os.Open("/proc/self/maps")
 	if err != nil {
@@ -397,20 +456,21 @@ func mappingOf(addr uintptr) (string, error) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		// 7f12c0000000-7f12c0021000 r-xp 00000000 08:01 1234   /usr/lib/libnccl.so.2.28.3
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 {
+		line := sc.Bytes()
+		dash := bytes.IndexByte(line, '-')
+		sp := bytes.IndexByte(line, ' ')
+		if dash < 0 || sp < dash {
 			continue
 		}
-		lo, hi, ok := strings.Cut(fields[0], "-")
-		if !ok {
-			continue
-		}
-		l, err1 := strconv.ParseUint(lo, 16, 64)
-		u, err2 := strconv.ParseUint(hi, 16, 64)
+		l, err1 := strconv.ParseUint(string(line[:dash]), 16, 64)
+		u, err2 := strconv.ParseUint(string(line[dash+1:sp]), 16, 64)
 		if err1 != nil || err2 != nil || uint64(addr) < l || uint64(addr) >= u {
 			continue
 		}
-		return strings.Join(fields[5:], " "), nil
+		if slash := bytes.IndexByte(line, '/'); slash >= 0 {
+			return string(line[slash:]), nil
+		}
+		return "", fmt.Errorf("address %#x is in an anonymous mapping", addr)
 	}
 	return "", fmt.Errorf("address %#x not in /proc/self/maps", addr)
 }

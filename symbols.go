@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/gonccl/nccl/abi"
 )
@@ -189,10 +190,13 @@ var cudaSymbols = [numCUDASymbols]symbol{
 // resolve fills fn from table. Rows for which required reports true must resolve;
 // the first missing one is returned as a *MissingSymbolError.
 func resolve(h uintptr, path string, table []symbol, fn []uintptr, required func(symbol) bool) error {
+	// dlsym's error state is per thread: one lock for the whole table.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	for i, s := range table {
-		p := dlsym(h, s.name)
+		p := dlsymLocked(h, s.name)
 		if p == 0 && s.alt != "" {
-			p = dlsym(h, s.alt)
+			p = dlsymLocked(h, s.alt)
 		}
 		fn[i] = p
 		if p == 0 && required(s) {
@@ -219,4 +223,16 @@ func (f Feature) String() string {
 		return fmt.Sprintf("%s%s (%s)", mark, f.Name, f.Vendor)
 	}
 	return fmt.Sprintf("%s%s (%s)", mark, f.Name, f.Since)
+}
+
+// Symbols lists every C function gonccl resolves when it opens the libraries:
+// NCCL's, then the CUDA runtime's.
+func Symbols() []string {
+	var out []string
+	for _, t := range [][]symbol{ncclSymbols[:], cudaSymbols[:]} {
+		for _, s := range t {
+			out = append(out, s.name)
+		}
+	}
+	return out
 }

@@ -153,8 +153,9 @@ func FuzzDecodeVersion(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, code int) {
 		v := DecodeVersion(code)
-		// Codes NCCL can produce: the old form below 2.9, the new one from 2.9.
-		if code < 2000 || code >= 10000 && code < 20900 || code >= 100000 || code < 10000 && v.Minor >= 9 {
+		// Codes NCCL can produce: the old form for 2.0 to 2.8 (2000..2899), the
+		// new one from 2.9 (20900 and up).
+		if code < 10000 && (code < 2000 || code >= 2900) || code >= 10000 && (code < 20900 || code >= 100000) {
 			return
 		}
 		if v.Code() != code {

@@ -1,0 +1,122 @@
+//go:build cgo
+
+package cgobench
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ebitengine/purego"
+	"github.com/gonccl/nccl"
+	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/ccall"
+	"github.com/gonccl/nccl/internal/fakes"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	fakes.Cleanup()
+	os.Exit(code)
+}
+
+func errorString(b *testing.B) uintptr {
+	h, err := purego.Dlopen(filepath.Join(fakes.NCCL(b, "default"), "libnccl.so.2"), purego.RTLD_NOW)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := purego.Dlsym(h, "ncclGetErrorString")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return f
+}
+
+// The no-op: ncclGetErrorString, the same C function by each path.
+
+func BenchmarkNoopGonccl(b *testing.B) {
+	f := errorString(b)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		ccall.Call(f, uintptr(i&1))
+	}
+}
+
+func BenchmarkNoopCgo(b *testing.B) {
+	f := errorString(b)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		CallErrorString(f, i&1)
+	}
+}
+
+func BenchmarkNoopC(b *testing.B) {
+	f := errorString(b)
+	b.ResetTimer()
+	ns := LoopErrorString(f, b.N)
+	b.ReportMetric(float64(ns)/float64(b.N), "ns/op")
+}
+
+// The hot path of the public API: an AllReduce of 0 elements (checked by the
+// library, then nothing to do), through Comm.AllReduce and through cgo.
+
+func setup(b *testing.B) (*nccl.Library, *nccl.Comm, nccl.DevicePtr, nccl.Stream) {
+	l, err := nccl.Open(nccl.WithLibrary(fakes.NCCL(b, "default")), nccl.WithCUDARuntime(fakes.CUDART(b)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	id, _ := l.GetUniqueID()
+	c, err := l.InitRank(0, id, 1, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf, _ := l.CUDA().Malloc(0, 64)
+	s, _ := l.CUDA().StreamCreate(0, abi.StreamNonBlocking)
+	b.Cleanup(func() { c.Destroy() })
+	return l, c, buf, s
+}
+
+func BenchmarkAllReduceGonccl(b *testing.B) {
+	_, c, buf, s := setup(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.AllReduce(buf, buf, 0, abi.Float32, abi.Sum, s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAllReduceCgo(b *testing.B) {
+	_, c, buf, s := setup(b)
+	h, _ := purego.Dlopen(filepath.Join(fakes.NCCL(b, "default"), "libnccl.so.2"), purego.RTLD_NOW)
+	f, _ := purego.Dlsym(h, "ncclAllReduce")
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := CallAllReduce(f, uintptr(buf), c.Handle(), uintptr(s)); r != 0 {
+			b.Fatal(r)
+		}
+	}
+}
+
+// Open: gonccl's Open (search, ELF check, dlopen, every symbol, the version)
+// against a C program's dlopen of both files and dlsym of the same symbols.
+
+func BenchmarkOpenGonccl(b *testing.B) {
+	opts := []nccl.Option{nccl.WithLibrary(filepath.Join(fakes.NCCL(b, "default"), "libnccl.so.2")),
+		nccl.WithCUDARuntime(filepath.Join(fakes.CUDART(b), "libcudart.so.12"))}
+	for b.Loop() {
+		if _, err := nccl.Open(opts...); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkOpenC(b *testing.B) {
+	n, c := filepath.Join(fakes.NCCL(b, "default"), "libnccl.so.2"), filepath.Join(fakes.CUDART(b), "libcudart.so.12")
+	names := nccl.Symbols()
+	for b.Loop() {
+		if OpenAll(n, c, names) < len(names)-2 {
+			b.Fatal("symbols missing")
+		}
+	}
+}
