@@ -24,7 +24,7 @@ aarch64-linux-gnu-gcc -shared -fPIC -O2 -o "$work/libargs.so" internal/ccall/tes
 file "$work/fakes/default/libnccl.so.2" | grep -q aarch64
 
 status=0
-for pkg in $(go list -f '{{if .TestGoFiles}}{{.ImportPath}}{{else if .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); do
+for pkg in $(CGO_ENABLED=0 GOARCH=arm64 go list -f '{{if .TestGoFiles}}{{.ImportPath}}{{else if .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); do
   name=$(basename "$pkg")
   echo "== $pkg (arm64, qemu)"
   CGO_ENABLED=0 GOOS=linux GOARCH=arm64 go test -c -o "$work/$name.test" "$pkg"
