@@ -21,7 +21,7 @@ export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
 echo "== fake libraries for arm64"
 go run ./internal/fakes/build -cc aarch64-linux-gnu-gcc -o "$work/fakes"
 aarch64-linux-gnu-gcc -shared -fPIC -O2 -o "$work/libargs.so" internal/ccall/testdata/args.c
-file "$work/fakes/default/libnccl.so.2" | grep -q aarch64
+aarch64-linux-gnu-readelf -h "$work/fakes/default/libnccl.so.2" | grep -q AArch64
 
 status=0
 for pkg in $(CGO_ENABLED=0 GOARCH=arm64 go list -f '{{if .TestGoFiles}}{{.ImportPath}}{{else if .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); do
