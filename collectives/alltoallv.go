@@ -74,6 +74,9 @@ func checkBuffers[T Element](c *nccl.Comm, send, recv Buffer[T]) error {
 	if err := check("AlltoAllv", c, "send", send, send.n); err != nil {
 		return err
 	}
+	if overlap(send, recv) {
+		return layoutError("send and recv overlap: all-to-all-v cannot run in place")
+	}
 	return check("AlltoAllv", c, "recv", recv, recv.n)
 }
 

@@ -172,6 +172,10 @@ func alltoall[T Element](c *nccl.Comm, send, recv Buffer[T], s nccl.Stream, path
 	if path == Native {
 		return path, c.AlltoAll(send.ptr, recv.ptr, k, TypeOf[T](), s)
 	}
+	if overlap(send, recv) {
+		// Peers would read blocks of send while recv overwrites them.
+		return path, &nccl.Error{Op: name, Code: abi.InvalidArgument, Msg: "send and recv overlap: in place needs the native ncclAlltoAll (NCCL >= 2.28)"}
+	}
 	return path, c.Library().Group(func() error {
 		for p := range n {
 			if err := c.Send(send.ptr+offset[T](p*k), k, TypeOf[T](), p, s); err != nil {
@@ -290,6 +294,11 @@ func pathFor(c *nccl.Comm, fn string) Path {
 }
 
 func offset[T Element](elems int) nccl.DevicePtr { return nccl.DevicePtr(elems * elemSize[T]()) }
+
+// overlap reports whether two buffers share memory.
+func overlap[T Element](a, b Buffer[T]) bool {
+	return a.n > 0 && b.n > 0 && a.ptr < b.ptr+offset[T](b.n) && b.ptr < a.ptr+offset[T](a.n)
+}
 
 func checkRoot(op string, c *nccl.Comm, root int) error {
 	if root < 0 || root >= c.Count() {

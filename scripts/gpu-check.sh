@@ -19,6 +19,7 @@ build)
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -tags gpu -c -o .gpu/bin/nccl-gpu.test .
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -tags gpu -c -o .gpu/bin/collectives-gpu.test ./collectives
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o .gpu/bin/nccl-info ./cmd/nccl-info
+  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o .gpu/bin/nccl-bench ./cmd/nccl-bench
   mkdir -p .gpu/bin/examples
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o .gpu/bin/examples/ ./examples/...
   ls -la .gpu/bin

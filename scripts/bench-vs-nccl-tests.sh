@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# On a GPU machine: builds nccl-tests (.gpu/build-nccl-tests.sh, sources from
+# ../shared/gpu/prepare.sh), then runs nccl-tests and nccl-bench with identical
+# parameters, one after the other for every operation, and prints a ratio
+# table: busbw of nccl-bench / nccl-tests per size (out of place) and the time
+# difference. Binaries of this repository come from `scripts/gpu-check.sh build`
+# (.gpu/bin/nccl-bench). Logs go to OUT (default /tmp/gonccl-bench).
+#   ARGS="-b 8 -e 1G -f 4 -g 2 -n 20 -w 5 -c 0" scripts/bench-vs-nccl-tests.sh [OUT]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0
+OUT=${1:-${OUT:-/tmp/gonccl-bench}}
+mkdir -p "$OUT"
+ARGS=${ARGS:-"-b 8 -e 1G -f 4 -g 2 -n 20 -w 5 -c 0"}
+T=$(bash .gpu/build-nccl-tests.sh) || { echo "nccl-tests did not build"; exit 1; }
+OPS=${OPS:-"all_reduce all_gather reduce_scatter broadcast reduce alltoall gather scatter sendrecv"}
+for op in $OPS; do
+  # shellcheck disable=SC2086
+  "$T/${op}_perf" $ARGS >"$OUT/nccl-tests-$op.txt" 2>&1
+  # shellcheck disable=SC2086
+  .gpu/bin/nccl-bench -op "$op" $ARGS >"$OUT/nccl-bench-$op.txt" 2>&1
+done
+# Data rows: size count type redop root time algbw busbw #wrong time algbw busbw #wrong.
+printf "%-15s %12s %11s %11s %7s %12s %12s %9s\n" op size "tests busbw" "bench busbw" ratio "tests us" "bench us" "diff us" | tee "$OUT/ratios.txt"
+for op in $OPS; do
+  join <(awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8}' "$OUT/nccl-tests-$op.txt" | sort -k1,1) \
+       <(awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8}' "$OUT/nccl-bench-$op.txt" | sort -k1,1) |
+    sort -n | awk -v op="$op" '{ r = ($3 > 0) ? $5 / $3 : 0;
+      printf "%-15s %12d %11.2f %11.2f %7.3f %12.2f %12.2f %9.2f\n", op, $1, $3, $5, r, $2, $4, $4 - $2 }'
+done | tee -a "$OUT/ratios.txt"
+for op in $OPS; do
+  printf "%-15s avg busbw: nccl-tests %s, nccl-bench %s\n" "$op" \
+    "$(awk -F: '/Avg bus bandwidth/ {gsub(/ /, "", $2); print $2}' "$OUT/nccl-tests-$op.txt")" \
+    "$(awk -F: '/Avg bus bandwidth/ {gsub(/ /, "", $2); print $2}' "$OUT/nccl-bench-$op.txt")"
+done | tee -a "$OUT/ratios.txt"
