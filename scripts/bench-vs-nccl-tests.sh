@@ -13,13 +13,25 @@ OUT=${1:-${OUT:-/tmp/gonccl-bench}}
 mkdir -p "$OUT"
 ARGS=${ARGS:-"-b 8 -e 1G -f 4 -g 2 -n 20 -w 5 -c 0"}
 T=$(bash .gpu/build-nccl-tests.sh) || { echo "nccl-tests did not build"; exit 1; }
-OPS=${OPS:-"all_reduce all_gather reduce_scatter broadcast reduce alltoall gather scatter sendrecv"}
+OPS=${OPS:-"all_reduce all_gather reduce_scatter broadcast reduce alltoall gather scatter sendrecv alltoallv"}
 for op in $OPS; do
   # shellcheck disable=SC2086
   "$T/${op}_perf" $ARGS >"$OUT/nccl-tests-$op.txt" 2>&1
   # shellcheck disable=SC2086
-  .gpu/bin/nccl-bench -op "$op" $ARGS >"$OUT/nccl-bench-$op.txt" 2>&1
+  .gpu/bin/nccl-bench -op "$op" $ARGS -plot "$OUT/$op.svg" -overlay "$OUT/nccl-tests-$op.txt" >"$OUT/nccl-bench-$op.txt" 2>&1
 done
+# Latency: 8 bytes, many iterations, both programs.
+for op in all_reduce sendrecv broadcast; do
+  "$T/${op}_perf" -b 8 -e 8 -g 2 -n 2000 -w 100 -c 0 >"$OUT/latency-nccl-tests-$op.txt" 2>&1
+  .gpu/bin/nccl-bench -op "$op" -b 8 -e 8 -g 2 -n 2000 -w 100 -c 0 >"$OUT/latency-nccl-bench-$op.txt" 2>&1
+done
+# VCCL's native ncclAlltoAllv beside the grouped form, when a VCCL build is given.
+if [ -n "${VCCL_LIB:-}" ]; then
+  # shellcheck disable=SC2086
+  GONCCL_NCCL_LIB=$VCCL_LIB .gpu/bin/nccl-bench -op alltoallv $ARGS >"$OUT/vccl-native-alltoallv.txt" 2>&1
+  # shellcheck disable=SC2086
+  GONCCL_NCCL_LIB=$VCCL_LIB .gpu/bin/nccl-bench -op alltoallv -grouped $ARGS >"$OUT/vccl-grouped-alltoallv.txt" 2>&1
+fi
 # Data rows: size count type redop root time algbw busbw #wrong time algbw busbw #wrong.
 printf "%-15s %12s %11s %11s %7s %12s %12s %9s\n" op size "tests busbw" "bench busbw" ratio "tests us" "bench us" "diff us" | tee "$OUT/ratios.txt"
 for op in $OPS; do
@@ -27,6 +39,13 @@ for op in $OPS; do
        <(awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8}' "$OUT/nccl-bench-$op.txt" | sort -k1,1) |
     sort -n | awk -v op="$op" '{ r = ($3 > 0) ? $5 / $3 : 0;
       printf "%-15s %12d %11.2f %11.2f %7.3f %12.2f %12.2f %9.2f\n", op, $1, $3, $5, r, $2, $4, $4 - $2 }'
+done | tee -a "$OUT/ratios.txt"
+for op in all_reduce sendrecv broadcast; do
+  printf "%-15s 8 B latency (2000 iterations): nccl-tests %s us, nccl-bench %s us\n" "$op" \
+    "$(awk '$1 == 8 {print $6}' "$OUT/latency-nccl-tests-$op.txt")" "$(awk '$1 == 8 {print $6}' "$OUT/latency-nccl-bench-$op.txt")"
+done | tee -a "$OUT/ratios.txt"
+for f in "$OUT"/vccl-*-alltoallv.txt; do
+  [ -e "$f" ] && printf "%-30s avg busbw %s\n" "$(basename "$f" .txt)" "$(awk -F: '/Avg bus bandwidth/ {gsub(/ /, "", $2); print $2}' "$f")"
 done | tee -a "$OUT/ratios.txt"
 for op in $OPS; do
   printf "%-15s avg busbw: nccl-tests %s, nccl-bench %s\n" "$op" \

@@ -47,6 +47,18 @@ var opSpecs = map[string]opSpec{
 	"broadcast":      {func(n float64) float64 { return 1 }, false, false, true},
 	"reduce":         {func(n float64) float64 { return 1 }, false, true, true},
 	"sendrecv":       {func(n float64) float64 { return 1 }, false, false, false},
+	"alltoallv":      {func(n float64) float64 { return (n - 1) / n }, true, false, false},
+}
+
+// peerBytes is nccl-tests' generated alltoallv pattern (alltoallv.cu, the
+// default spread 1.0): rank i sends to j bytes in proportion to their distance.
+func peerBytes(i, j, n, total int) int {
+	if n == 1 {
+		return total &^ 15
+	}
+	dist := (j - i + n) % n
+	sum := n * (n - 1) / 2
+	return int(float64(dist)*float64(total)/float64(sum)) &^ 15
 }
 
 func parseSize(s string) (int, error) {
@@ -101,6 +113,8 @@ func main() {
 	ngpu := flag.Int("g", 0, "GPUs driven by this process (default: all)")
 	grouped := flag.Bool("grouped", false, "alltoall, gather, scatter through grouped send/recv instead of the native call")
 	asJSON := flag.Bool("json", false, "print JSON instead of the table")
+	plot := flag.String("plot", "", "draw busbw against size into this SVG file")
+	overlay := flag.String("overlay", "", "with -plot: a saved nccl-tests output to draw beside")
 	flag.Parse()
 
 	spec, ok := opSpecs[*opName]
@@ -140,6 +154,7 @@ func main() {
 		log.Fatal(err)
 	}
 	b := newBench(lib, comms, dt, red, *root, spec, *opName, *grouped)
+	b.maxBytes = hi
 	if !*asJSON {
 		fmt.Printf("# nccl-bench (gonccl) %s, NCCL %s from %s\n", *opName, lib.Version(), lib.Path)
 		fmt.Printf("# nGpus %d, iters %d, warmup %d, check %d\n", n, *iters, *warm, *check)
@@ -154,6 +169,9 @@ func main() {
 		count := size / dt.Size()
 		if spec.timesN {
 			count /= n
+		}
+		if *opName == "alltoallv" { // nccl-tests aligns the per-peer count to 16 bytes
+			count &^= max(16/dt.Size(), 1) - 1
 		}
 		if count > 0 {
 			r := row{Size: count * dt.Size() * map[bool]int{true: n, false: 1}[spec.timesN], Count: count, Type: *dtName, Op: *redName, Root: *root}
@@ -196,6 +214,23 @@ func main() {
 	} else {
 		fmt.Printf("# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %g \n#\n", avg)
 	}
+	if *plot != "" {
+		lines := []series{{Name: "nccl-bench (gonccl)", Color: "#1f77b4"}}
+		for _, r := range rows {
+			lines[0].Points = append(lines[0].Points, [2]float64{float64(r.Size), r.OutBusBW})
+		}
+		if *overlay != "" {
+			pts, err := readNCCLTests(*overlay)
+			if err != nil {
+				log.Fatal(err)
+			}
+			lines = append(lines, series{Name: "nccl-tests", Color: "#d62728", Points: pts})
+		}
+		title := fmt.Sprintf("%s, %d GPUs, NCCL %s: bus bandwidth (out of place)", *opName, n, lib.Version())
+		if err := os.WriteFile(*plot, []byte(svg(title, lines)), 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
 	for _, c := range comms {
 		c.Destroy()
 	}
@@ -230,6 +265,9 @@ type bench struct {
 	op      string
 	grouped bool
 	cap     int
+
+	matrices map[int][4][]uint64
+	maxBytes int // the largest buffer a run needs (-e)
 }
 
 func newBench(lib *nccl.Library, comms []*nccl.Comm, dt abi.DataType, red abi.RedOp, root int, spec opSpec, op string, grouped bool) *bench {
@@ -250,6 +288,19 @@ func (b *bench) ensure(bytes int) {
 		return
 	}
 	cu := b.lib.CUDA()
+	if b.native() { // symmetric windows, once, at the largest size
+		bytes = b.maxBytes
+		for i, c := range b.comms {
+			s, err := collectives.AllocSymmetric[uint8](c, bytes)
+			must(err)
+			r, err := collectives.AllocSymmetric[uint8](c, bytes)
+			must(err)
+			b.send, b.recv = append(b.send, s), append(b.recv, r)
+			_ = i
+		}
+		b.cap = bytes
+		return
+	}
 	for i := range b.comms {
 		if b.cap > 0 {
 			b.send[i].Free(cu)
@@ -308,6 +359,8 @@ func (b *bench) launch(count int, inPlace bool) error {
 				if err = c.Send(send, count, b.dt, (i+1)%n, s); err == nil {
 					err = c.Recv(recv, count, b.dt, (i+n-1)%n, s)
 				}
+			case "alltoallv":
+				err = b.alltoallv(c, i, send, recv, count, s)
 			}
 			if err != nil {
 				return err
@@ -315,6 +368,64 @@ func (b *bench) launch(count int, inPlace bool) error {
 		}
 		return nil
 	})
+}
+
+// alltoallv runs nccl-tests' pattern: grouped Send/Recv as alltoallv_perf does,
+// or VCCL's native ncclAlltoAllv when the library has it (buffers then come from
+// symmetric windows; -grouped forces the grouped form).
+func (b *bench) alltoallv(c *nccl.Comm, me int, send, recv nccl.DevicePtr, count int, s nccl.Stream) error {
+	n, sz := len(b.comms), b.dt.Size()
+	total := count * n * sz
+	if b.native() {
+		m := b.matrix(n, total)
+		return c.AlltoAllv(send, m[0], m[1], recv, m[2], m[3], 0, 0, b.dt, s)
+	}
+	var so, ro int
+	for p := range n {
+		sb, rb := peerBytes(me, p, n, total)/sz, peerBytes(p, me, n, total)/sz
+		if sb > 0 {
+			if err := c.Send(send+nccl.DevicePtr(so*sz), sb, b.dt, p, s); err != nil {
+				return err
+			}
+			so += sb
+		}
+		if rb > 0 {
+			if err := c.Recv(recv+nccl.DevicePtr(ro*sz), rb, b.dt, p, s); err != nil {
+				return err
+			}
+			ro += rb
+		}
+	}
+	return nil
+}
+
+func (b *bench) native() bool { return b.op == "alltoallv" && !b.grouped && b.lib.Has("ncclAlltoAllv") }
+
+// matrix is the pattern as VCCL's nranks×nranks counts and displacements,
+// kept for the whole run (NCCL reads them until the group ends).
+func (b *bench) matrix(n, total int) [4][]uint64 {
+	if m, ok := b.matrices[total]; ok {
+		return m
+	}
+	sz := b.dt.Size()
+	var m [4][]uint64
+	for k := range m {
+		m[k] = make([]uint64, n*n)
+	}
+	for i := range n {
+		var so, ro uint64
+		for j := range n {
+			m[0][i*n+j], m[1][i*n+j] = uint64(peerBytes(i, j, n, total)/sz), so
+			so += m[0][i*n+j]
+			m[2][i*n+j], m[3][i*n+j] = uint64(peerBytes(j, i, n, total)/sz), ro
+			ro += m[2][i*n+j]
+		}
+	}
+	if b.matrices == nil {
+		b.matrices = map[int][4][]uint64{}
+	}
+	b.matrices[total] = m
+	return m
 }
 
 func (b *bench) movement(c *nccl.Comm, me int, send, recv nccl.DevicePtr, count int, s nccl.Stream) error {
@@ -399,7 +510,7 @@ func (b *bench) run(count int, inPlace bool, warm, iters int, check bool) (float
 // in-place sendrecv and an in-place grouped alltoall, whose peers read a buffer
 // while it is overwritten (timed all the same, as nccl-tests does).
 func (b *bench) check(count int, inPlace bool) int {
-	if b.dt != abi.Uint8 && b.dt != abi.Int8 || b.spec.reduce && b.red != abi.Sum || inPlace && (b.op == "sendrecv" || b.op == "alltoall" && (b.grouped || !b.lib.Has("ncclAlltoAll"))) {
+	if b.dt != abi.Uint8 && b.dt != abi.Int8 || b.spec.reduce && b.red != abi.Sum || b.op == "alltoallv" || inPlace && (b.op == "sendrecv" || b.op == "alltoall" && (b.grouped || !b.lib.Has("ncclAlltoAll"))) {
 		return -1 // not checked: printed N/A
 	}
 	n := len(b.comms)
