@@ -16,21 +16,21 @@ T=$(bash .gpu/build-nccl-tests.sh) || { echo "nccl-tests did not build"; exit 1;
 OPS=${OPS:-"all_reduce all_gather reduce_scatter broadcast reduce alltoall gather scatter sendrecv alltoallv"}
 for op in $OPS; do
   # shellcheck disable=SC2086
-  "$T/${op}_perf" $ARGS >"$OUT/nccl-tests-$op.txt" 2>&1
+  timeout 120 "$T/${op}_perf" $ARGS >"$OUT/nccl-tests-$op.txt" 2>&1
   # shellcheck disable=SC2086
-  .gpu/bin/nccl-bench -op "$op" $ARGS -plot "$OUT/$op.svg" -overlay "$OUT/nccl-tests-$op.txt" >"$OUT/nccl-bench-$op.txt" 2>&1
+  timeout 120 .gpu/bin/nccl-bench -op "$op" $ARGS -plot "$OUT/$op.svg" -overlay "$OUT/nccl-tests-$op.txt" >"$OUT/nccl-bench-$op.txt" 2>&1
 done
 # Latency: 8 bytes, many iterations, both programs.
 for op in all_reduce sendrecv broadcast; do
-  "$T/${op}_perf" -b 8 -e 8 -g 2 -n 2000 -w 100 -c 0 >"$OUT/latency-nccl-tests-$op.txt" 2>&1
-  .gpu/bin/nccl-bench -op "$op" -b 8 -e 8 -g 2 -n 2000 -w 100 -c 0 >"$OUT/latency-nccl-bench-$op.txt" 2>&1
+  timeout 60 "$T/${op}_perf" -b 8 -e 8 -g 2 -n 2000 -w 100 -c 0 >"$OUT/latency-nccl-tests-$op.txt" 2>&1
+  timeout 60 .gpu/bin/nccl-bench -op "$op" -b 8 -e 8 -g 2 -n 2000 -w 100 -c 0 >"$OUT/latency-nccl-bench-$op.txt" 2>&1
 done
 # VCCL's native ncclAlltoAllv beside the grouped form, when a VCCL build is given.
 if [ -n "${VCCL_LIB:-}" ]; then
   # shellcheck disable=SC2086
-  GONCCL_NCCL_LIB=$VCCL_LIB .gpu/bin/nccl-bench -op alltoallv $ARGS >"$OUT/vccl-native-alltoallv.txt" 2>&1
+  GONCCL_NCCL_LIB=$VCCL_LIB timeout 120 .gpu/bin/nccl-bench -op alltoallv $ARGS >"$OUT/vccl-native-alltoallv.txt" 2>&1
   # shellcheck disable=SC2086
-  GONCCL_NCCL_LIB=$VCCL_LIB .gpu/bin/nccl-bench -op alltoallv -grouped $ARGS >"$OUT/vccl-grouped-alltoallv.txt" 2>&1
+  GONCCL_NCCL_LIB=$VCCL_LIB timeout 120 .gpu/bin/nccl-bench -op alltoallv -grouped $ARGS >"$OUT/vccl-grouped-alltoallv.txt" 2>&1
 fi
 # Data rows: size count type redop root time algbw busbw #wrong time algbw busbw #wrong.
 printf "%-15s %12s %11s %11s %7s %12s %12s %9s\n" op size "tests busbw" "bench busbw" ratio "tests us" "bench us" "diff us" | tee "$OUT/ratios.txt"

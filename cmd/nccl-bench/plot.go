@@ -31,7 +31,7 @@ func readNCCLTests(path string) ([][2]float64, error) {
 		}
 		size, err1 := strconv.ParseFloat(fs[0], 64)
 		bus, err2 := strconv.ParseFloat(fs[7], 64)
-		if err1 == nil && err2 == nil {
+		if err1 == nil && err2 == nil && size > 0 {
 			pts = append(pts, [2]float64{size, bus})
 		}
 	}
@@ -45,13 +45,22 @@ func readNCCLTests(path string) ([][2]float64, error) {
 func svg(title string, all []series) string {
 	const w, h, left, right, top, bottom = 760.0, 420.0, 70.0, 20.0, 40.0, 60.0
 	minX, maxX, maxY := math.Inf(1), math.Inf(-1), 1.0
+	for i := range all { // a log axis has no room for empty messages
+		kept := all[i].Points[:0]
+		for _, p := range all[i].Points {
+			if p[0] > 0 {
+				kept = append(kept, p)
+			}
+		}
+		all[i].Points = kept
+	}
 	for _, s := range all {
 		for _, p := range s.Points {
 			minX, maxX, maxY = math.Min(minX, math.Log2(p[0])), math.Max(maxX, math.Log2(p[0])), math.Max(maxY, p[1])
 		}
 	}
-	if maxX <= minX {
-		maxX = minX + 1
+	if math.IsInf(minX, 0) || maxX <= minX {
+		minX, maxX = 0, 1
 	}
 	maxY = math.Ceil(maxY/50) * 50
 	x := func(size float64) float64 { return left + (math.Log2(size)-minX)/(maxX-minX)*(w-left-right) }
