@@ -153,9 +153,7 @@ func (l *Library) Close() error {
 	if n := l.comms.Load(); n > 0 {
 		return &Error{Op: "Close", Code: abi.InvalidUsage, Msg: fmt.Sprintf("%d communicators still open", n)}
 	}
-	if l.closed.Swap(true) {
-		return nil
-	}
+	l.closed.Store(true)
 	return nil
 }
 
@@ -362,7 +360,10 @@ func (l *Library) InitRank(dev int, id UniqueID, nranks, rank int) (*Comm, error
 // layout of the loaded version. With Blocking set to false it returns at once:
 // the communicator is ready when AsyncError stops reporting ErrInProgress.
 func (l *Library) InitRankConfig(dev int, id UniqueID, nranks, rank int, cfg *Config) (*Comm, error) {
-	const op = "ncclCommInitRankConfig"
+	op := "ncclCommInitRankConfig"
+	if cfg == nil {
+		op = "ncclCommInitRank"
+	}
 	if nranks < 1 || rank < 0 || rank >= nranks {
 		return nil, argError(op, "rank %d of %d ranks", rank, nranks)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
@@ -295,17 +296,21 @@ func TestRealNCCLNoGPU(t *testing.T) {
 	// different failure is provoked first, so the last-error text checked after
 	// the call is the one this call left.
 	provokeOtherLastError(t, l)
-	comm := uintptr(0xdead)
+	// The out-parameter lives on the heap, which never moves: CallStruct128 does
+	// not keep a stack address valid the way go:uintptrescapes does.
+	comm := new(uintptr)
+	*comm = 0xdead
 	r := abi.Result(int32(ccall.CallStruct128(realFn(t, l, "ncclCommInitRank"), 2, &id.Internal,
-		uintptr(unsafe.Pointer(&comm)), 1, 0)))
+		uintptr(unsafe.Pointer(comm)), 1, 0)))
+	runtime.KeepAlive(comm)
 	if r != abi.UnhandledCudaError {
 		t.Errorf("ncclCommInitRank = %v, want ncclUnhandledCudaError", r)
 	}
 	if got := l.LastError(); got != realCudaFailure {
 		t.Errorf("LastError after ncclCommInitRank = %q, want %q", got, realCudaFailure)
 	}
-	if comm != 0xdead {
-		t.Errorf("ncclCommInitRank wrote communicator %#x on failure", comm)
+	if *comm != 0xdead {
+		t.Errorf("ncclCommInitRank wrote communicator %#x on failure", *comm)
 	}
 
 	provokeOtherLastError(t, l)

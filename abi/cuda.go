@@ -2,7 +2,8 @@ package abi
 
 import "strconv"
 
-// CudaError is cudaError_t.
+// CudaError is cudaError_t, numbered as since CUDA 10.1 (earlier runtimes had
+// NotReady at 34 and InvalidResourceHandle at 33).
 type CudaError int32
 
 const (
@@ -85,15 +86,20 @@ func (m MemoryType) String() string {
 	return "cudaMemoryType(" + strconv.Itoa(int(m)) + ")"
 }
 
-// PointerAttributes is struct cudaPointerAttributes (CUDA >= 11).
+// PointerAttributes is struct cudaPointerAttributes (CUDA >= 11). CUDA 13.0
+// appended long reserved[8], making it 88 bytes; the Go struct carries that tail
+// so a CUDA 13 runtime cannot write past it, and CUDA 11/12 fill the first 24
+// bytes, whose layout is unchanged.
 type PointerAttributes struct {
 	Type          MemoryType
 	Device        int32
 	DevicePointer uintptr
 	HostPointer   uintptr
+	Reserved      [8]int64 // C long on LP64
 }
 
-// DecodeCudaVersion reads cudaRuntimeGetVersion's code: 1000*major + 10*minor.
+// DecodeCudaVersion reads the code of cudaRuntimeGetVersion and
+// cudaDriverGetVersion, 1000*major + 10*minor: 12040 is 12.4.
 func DecodeCudaVersion(code int) (major, minor int) {
 	return code / 1000, code % 1000 / 10
 }

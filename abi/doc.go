@@ -1,6 +1,8 @@
-// Package abi mirrors the C ABI of NCCL and the parts of the CUDA runtime gonccl
-// uses: result codes, data types, reduction ops, the unique id, the
-// ncclConfig_t layouts of each release, CUDA error codes and flags. It holds no
-// behaviour: every size and offset here is pinned by a test against the headers'
-// numbers.
+// Package abi is the C ABI of NCCL and of the parts of the CUDA runtime that
+// gonccl calls, written in Go: result codes, data types, reduction ops, the
+// unique id, version codes, the ncclConfig_t layout of each release, CUDA error
+// codes, flags and structs. It has no behaviour beyond naming and encoding
+// these values. Numbers come from nccl.h and driver_types.h for 64-bit Linux
+// (amd64 and arm64, both little-endian, LP64), and tests pin every size and
+// offset.
 package abi

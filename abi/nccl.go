@@ -121,12 +121,15 @@ func (o RedOp) String() string {
 // Builtin reports whether o is one of the five fixed ops.
 func (o RedOp) Builtin() bool { return o >= Sum && o <= Avg }
 
-// Since is the first NCCL release with the op.
+// Since is the first NCCL release with the op: PreMulSum handles come with
+// 2.11; the zero Version for a negative (never valid) op.
 func (o RedOp) Since() Version {
-	if o == Avg {
+	switch {
+	case o < 0:
+		return Version{}
+	case o == Avg:
 		return V(2, 10, 0)
-	}
-	if o >= 5 {
+	case o > Avg:
 		return V(2, 11, 0)
 	}
 	return V(2, 3, 0)
@@ -159,7 +162,8 @@ type Version struct{ Major, Minor, Patch int }
 func V(major, minor, patch int) Version { return Version{major, minor, patch} }
 
 // DecodeVersion reads ncclGetVersion's code: X*1000+Y*100+Z before 2.9,
-// X*10000+Y*100+Z from 2.9 (a code of 10000 or more).
+// X*10000+Y*100+Z from 2.9 (2.8.4 is 2804, 2.30.7 is 23007). A code of 10000 or
+// more is always the second form.
 func DecodeVersion(code int) Version {
 	if code < 10000 {
 		return Version{code / 1000, code % 1000 / 100, code % 100}
@@ -167,9 +171,10 @@ func DecodeVersion(code int) Version {
 	return Version{code / 10000, code % 10000 / 100, code % 100}
 }
 
-// Code is the version code NCCL reports for v.
+// Code is the version code NCCL reports for v, chosen as nccl.h's NCCL_VERSION
+// macro chooses: the old form while X <= 2 and Y <= 8.
 func (v Version) Code() int {
-	if v.Major < 2 || v.Major == 2 && v.Minor < 9 {
+	if v.Major <= 2 && v.Minor <= 8 {
 		return v.Major*1000 + v.Minor*100 + v.Patch
 	}
 	return v.Major*10000 + v.Minor*100 + v.Patch

@@ -29,7 +29,7 @@
 #   DEBIAN_MIRROR           Debian mirror (default: the one this machine's apt uses).
 #
 # Needs apt-get and dpkg (a Debian or Ubuntu host), network on the first run,
-# and root for apt-get update into the private lists. amd64 only: NVIDIA's
+# and, for apt-get update into the private lists, usually root. amd64 only: NVIDIA's
 # Debian packages exist for amd64 alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,8 +67,9 @@ mirror() {
 }
 
 fetch() {
-  command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null ||
+  if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
     die "apt-get and dpkg-deb are needed to fetch Debian's packages (or fill $cache from a Debian host)"
+  fi
   local m keyring=/usr/share/keyrings/debian-archive-keyring.gpg
   [ -r "$keyring" ] || die "$keyring missing (install debian-archive-keyring)"
   m=$(mirror)

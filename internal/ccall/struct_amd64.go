@@ -7,6 +7,11 @@ package ccall
 // stack in its argument position among stack arguments and takes no register. With
 // at most six integer arguments, all of them travel in registers and the struct's
 // 16 eightbytes are the only stack arguments.
+//
+// Pointer arguments converted in the argument list are kept in place as with
+// CallPtr.
+//
+//go:uintptrescapes
 func CallStruct128(fn uintptr, pos int, s *[128]byte, args ...uintptr) uintptr {
 	if len(args) > 6 || pos < 0 || pos > len(args) {
 		panic("ccall: struct call layout not supported")

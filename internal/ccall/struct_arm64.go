@@ -10,6 +10,11 @@ import (
 //
 // AAPCS64 replaces a composite over 16 bytes by a pointer to a caller-owned copy,
 // passed in the argument's own position; the callee may modify the copy.
+//
+// Pointer arguments converted in the argument list are kept in place as with
+// CallPtr.
+//
+//go:uintptrescapes
 func CallStruct128(fn uintptr, pos int, s *[128]byte, args ...uintptr) uintptr {
 	if len(args) > 7 || pos < 0 || pos > len(args) {
 		panic("ccall: struct call layout not supported")
