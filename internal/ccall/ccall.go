@@ -61,7 +61,9 @@ func Call(fn uintptr, args ...uintptr) uintptr {
 	}
 	var f frame
 	f.fn = fn
-	copy(f.a[:], args)
+	for i, a := range args { // a loop, not copy: no memmove call for a few words
+		f.a[i] = a
+	}
 	runtime_cgocall(trampolineABI0, uintptr(unsafe.Pointer(&f)))
 	return f.r
 }
