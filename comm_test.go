@@ -561,3 +561,28 @@ func init() {
 		return nil
 	}
 }
+
+func TestLibraryClose(t *testing.T) {
+	l := open(t, "default")
+	id, _ := l.GetUniqueID()
+	c, err := l.InitRank(0, id, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); !errors.Is(err, nccl.ErrInvalidUsage) {
+		t.Fatalf("Close with an open communicator: %v", err)
+	}
+	c.Destroy()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.GetUniqueID(); !errors.Is(err, nccl.ErrClosed) {
+		t.Errorf("GetUniqueID after Close: %v", err)
+	}
+	if _, err := l.InitRank(0, id, 1, 0); !errors.Is(err, nccl.ErrClosed) {
+		t.Errorf("InitRank after Close: %v", err)
+	}
+	if err := l.Group(func() error { return nil }); !errors.Is(err, nccl.ErrClosed) {
+		t.Errorf("Group after Close: %v", err)
+	}
+}

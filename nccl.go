@@ -147,8 +147,10 @@ func (l *Library) SupportsType(t abi.DataType) bool {
 	return t.Valid() && l.version.AtLeast(t.Since())
 }
 
-// Close releases the library. It fails while communicators are open: NCCL's
-// threads would outlive the code they run.
+// Close ends the use of the library: later calls that would start work (ids,
+// communicators, groups, memory) return an error matching ErrClosed. It fails
+// while communicators are open. The files stay mapped: NCCL's threads and state
+// can outlive an unload, and another Library of the same file shares them.
 func (l *Library) Close() error {
 	if n := l.comms.Load(); n > 0 {
 		return &Error{Op: "Close", Code: abi.InvalidUsage, Msg: fmt.Sprintf("%d communicators still open", n)}
