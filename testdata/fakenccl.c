@@ -11,6 +11,8 @@
  * Register, MemAlloc, windows, AlltoAll/Gather/Scatter, InitRankScalable, fp8);
  * -DFAKENCCL_VCCL=11 or =10 is VCCL 2.29.2 with ncclAlltoAllv in that ABI;
  * -DFAKENCCL_BROKEN lacks ncclCommInitRank; -DFAKENCCL_VERSION_CODE=N reports N.
+ * Registering a symmetric window is collective, as in NCCL: every rank of the
+ * communicator must call it, and each call waits for the others.
  * FAKENCCL_NULL_WINDOW=1 makes ncclCommWindowRegister succeed with no window. */
 #define _GNU_SOURCE
 #include <limits.h>
@@ -172,6 +174,9 @@ typedef struct clique {
     int split_arrived, split_left;
     int color[MAXR], skey[MAXR];
     uint64_t split_base;
+    /* symmetric window registration rendezvous */
+    long win_seq;
+    int win_arrived, win_left;
     struct clique* next;
 } clique;
 static clique* cliques;
@@ -190,7 +195,7 @@ typedef struct comm {
     int rank, nranks, dev;
     int ready;      /* joined its clique */
     ncclResult_t async;
-    long coll_seq, split_seq;
+    long coll_seq, split_seq, win_seq;
     long send_seq[MAXR], recv_seq[MAXR];
     int pending;    /* work items not yet run */
     int blocking;
@@ -1117,6 +1122,21 @@ API ncclResult_t ncclCommWindowRegister(comm* c, void* buff, size_t size, window
     if (null && *null == '1') {
         *win = NULL;
         return ncclSuccess;
+    }
+    if (flags & 1) { /* symmetric: collective, every rank registers together */
+        clique* q = c->c;
+        pthread_mutex_lock(&g);
+        long seq = c->win_seq++;
+        while (q->win_seq != seq) pthread_cond_wait(&gc, &g);
+        q->win_arrived++;
+        pthread_cond_broadcast(&gc);
+        while (q->win_arrived < c->nranks) pthread_cond_wait(&gc, &g);
+        if (++q->win_left == c->nranks) {
+            q->win_arrived = q->win_left = 0;
+            q->win_seq++;
+            pthread_cond_broadcast(&gc);
+        }
+        pthread_mutex_unlock(&g);
     }
     window* w = calloc(1, sizeof *w);
     *w = (window){buff, size, flags, NULL};

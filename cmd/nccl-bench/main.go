@@ -21,6 +21,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gonccl/nccl"
@@ -289,15 +290,24 @@ func (b *bench) ensure(bytes int) {
 	}
 	cu := b.lib.CUDA()
 	if b.native() { // symmetric windows, once, at the largest size
+		// Registering a symmetric window is collective: one goroutine per
+		// communicator, or the first registration would wait for the others.
 		bytes = b.maxBytes
+		b.send = make([]collectives.Buffer[uint8], len(b.comms))
+		b.recv = make([]collectives.Buffer[uint8], len(b.comms))
+		var wg sync.WaitGroup
 		for i, c := range b.comms {
-			s, err := collectives.AllocSymmetric[uint8](c, bytes)
-			must(err)
-			r, err := collectives.AllocSymmetric[uint8](c, bytes)
-			must(err)
-			b.send, b.recv = append(b.send, s), append(b.recv, r)
-			_ = i
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var err error
+				b.send[i], err = collectives.AllocSymmetric[uint8](c, bytes)
+				must(err)
+				b.recv[i], err = collectives.AllocSymmetric[uint8](c, bytes)
+				must(err)
+			}()
 		}
+		wg.Wait()
 		b.cap = bytes
 		return
 	}
