@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -584,5 +585,104 @@ func TestLibraryClose(t *testing.T) {
 	}
 	if err := l.Group(func() error { return nil }); !errors.Is(err, nccl.ErrClosed) {
 		t.Errorf("Group after Close: %v", err)
+	}
+}
+
+// TestAlltoAllvMatricesKeptUntilGroupEnd: VCCL reads the count and
+// displacement arrays when the group ends, long after AlltoAllv returned. The
+// arrays here are reachable from nowhere else, and the garbage collector runs
+// and memory is churned before the group ends; the fake, which like VCCL reads
+// them then, fails the group if they changed. It also shows the fake catches a
+// caller who changes them.
+func TestAlltoAllvMatricesKeptUntilGroupEnd(t *testing.T) {
+	l := open(t, "vccl11")
+	ranks := initRanks(t, l, 2)
+	bufs := make([][2]nccl.DevicePtr, 2)
+	var wg sync.WaitGroup
+	for r, rk := range ranks { // symmetric registration is collective: one goroutine per rank
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range bufs[r] {
+				p, err := l.MemAlloc(rk.dev, 4096)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := rk.comm.WindowRegister(p, 4096, abi.WinCollSymmetric); err != nil {
+					t.Error(err)
+					return
+				}
+				bufs[r][k] = p
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	var keep [][]uint64
+	enqueue := func(change bool) error {
+		return l.Group(func() error {
+			for r, rk := range ranks {
+				m := a2avMatrix(2, 3) // fresh arrays, referenced only by the call
+				if change {
+					keep = m[:]
+				}
+				if err := rk.comm.AlltoAllv(bufs[r][0], m[0], m[1], bufs[r][1], m[2], m[3], 0, 0, abi.Int32, rk.s); err != nil {
+					return err
+				}
+			}
+			churn()
+			if change {
+				keep[0][1]++
+			}
+			return nil
+		})
+	}
+	for range 5 {
+		if err := enqueue(false); err != nil {
+			t.Fatalf("arrays not kept until the group ended: %v", err)
+		}
+	}
+	if err := enqueue(true); !errors.Is(err, nccl.ErrInvalidUsage) {
+		t.Fatalf("arrays changed inside the group: %v, want ErrInvalidUsage from the fake", err)
+	}
+	for _, rk := range ranks {
+		l.CUDA().StreamSynchronize(rk.s)
+	}
+}
+
+// a2avMatrix is an n-rank exchange of k int32 between every two ranks.
+//
+//go:noinline
+func a2avMatrix(n, k int) [4][]uint64 {
+	var m [4][]uint64
+	for i := range m {
+		m[i] = make([]uint64, n*n)
+	}
+	for i := range n {
+		for j := range n {
+			if i != j {
+				m[0][i*n+j], m[2][j*n+i] = uint64(k), uint64(k)
+			}
+		}
+	}
+	return m
+}
+
+// churn collects garbage and reuses the freed memory with other values.
+func churn() {
+	for range 3 {
+		runtime.GC()
+		var junk [][]uint64
+		for range 1000 {
+			s := make([]uint64, 4)
+			for i := range s {
+				s[i] = 0xdeadbeef
+			}
+			junk = append(junk, s)
+		}
+		runtime.KeepAlive(junk)
 	}
 }

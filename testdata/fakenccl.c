@@ -682,6 +682,8 @@ typedef struct task {
     int64_t scalar_i;
     const void* scalar_ptr;
     size_t* a2av; /* sendcounts, sdispls, recvcounts, rdispls: copied at launch */
+    const size_t* a2av_user[4]; /* the caller's arrays, read until the group ends (as VCCL does) */
+    unsigned long a2av_sum;     /* their checksum when the call was made */
     struct task* next;
 } task;
 
@@ -895,8 +897,33 @@ API ncclResult_t ncclGroupStart(void) {
     return ncclSuccess;
 }
 
+static unsigned long a2av_checksum(const size_t* const a[4], int n) {
+    unsigned long h = 1469598103934665603ul;
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < n * n; i++) h = (h ^ a[k][i]) * 1099511628211ul;
+    return h;
+}
+
+static void free_tasks(task* list) {
+    while (list) {
+        task* next = list->next;
+        free(list->a2av);
+        free(list);
+        list = next;
+    }
+}
+
 /* launch numbers the tasks and hands each (comm, stream) its work item. */
 static ncclResult_t launch(task* list) {
+    for (task* t = list; t; t = t->next) {
+        if (t->kind != kAlltoAllv) continue;
+        int n = t->c->nranks;
+        if (a2av_checksum(t->a2av_user, n) != t->a2av_sum) {
+            free_tasks(list);
+            return fail(ncclInvalidUsage, "ncclAlltoAllv : count or displacement arrays changed before the group ended");
+        }
+        for (int k = 0; k < 4; k++) memcpy(t->a2av + k * n * n, t->a2av_user[k], n * n * sizeof(size_t));
+    }
     pthread_mutex_lock(&g);
     for (task* t = list; t; t = t->next) {
         if (t->kind == kSend) t->seq = t->c->send_seq[t->peer]++;
@@ -1195,11 +1222,11 @@ static ncclResult_t alltoallv(const void* send, const size_t* sc, const size_t* 
     if ((r = check_buf(c, fn, "sendbuff", send, sendEnd * sz)) || (r = check_buf(c, fn, "recvbuff", recv, recvEnd * sz))) return r;
     task* t = calloc(1, sizeof *t);
     *t = (task){.kind = kAlltoAllv, .type = type, .send = send, .recv = recv, .c = c, .stream = st};
-    t->a2av = malloc(4 * n * n * sizeof(size_t)); /* read now: the caller may reuse its arrays after the group */
-    memcpy(t->a2av, sc, n * n * sizeof(size_t));
-    memcpy(t->a2av + n * n, sd, n * n * sizeof(size_t));
-    memcpy(t->a2av + 2 * n * n, rc, n * n * sizeof(size_t));
-    memcpy(t->a2av + 3 * n * n, rd, n * n * sizeof(size_t));
+    /* VCCL keeps the array pointers and reads them when the group ends: so
+     * does the fake, and it fails the group if they changed in between. */
+    t->a2av = malloc(4 * n * n * sizeof(size_t));
+    t->a2av_user[0] = sc, t->a2av_user[1] = sd, t->a2av_user[2] = rc, t->a2av_user[3] = rd;
+    t->a2av_sum = a2av_checksum(t->a2av_user, n);
     return submit(t);
 }
 

@@ -5,15 +5,30 @@
 //	nccl-bench -op all_reduce -b 8 -e 1G -f 2 -g 2
 //	all_reduce_perf            -b 8 -e 1G -f 2 -g 2
 //
-// One process drives -g GPUs from one goroutine, every operation of an
-// iteration in one NCCL group (nccl-tests' -g). Time is taken as nccl-tests
-// takes it: the host clock around -n iterations (after -w warm-up ones) and the
-// synchronisation of every stream; -c checks one extra run against a CPU
-// reference.
+// One process drives -g GPUs (default 1) from one goroutine, the operations of
+// an iteration in one NCCL group when there are several (nccl-tests' -g). Run
+// under a launcher, every process does so and together they form one job of
+// processes × g ranks, as nccl-tests built with MPI:
+//
+//	mpirun -np 2 -x NCCL_COMM_ID=host:port nccl-bench -op all_reduce   # Open MPI
+//	RANK=… WORLD_SIZE=… LOCAL_RANK=… MASTER_ADDR=… MASTER_PORT=… nccl-bench …  # torchrun's variables
+//	nccl-bench -np 2 -op all_reduce                                      # starts 2 local processes itself
+//
+// Process p drives GPUs p·g … p·g+g-1 of its node (its local rank picks p) and
+// holds ranks p·g … p·g+g-1. The ranks meet through NCCL_COMM_ID (or
+// MASTER_ADDR:MASTER_PORT), or a shared file with -idfile; rank 0 prints.
+//
+// Time is taken as nccl-tests takes it: the host clock around -n iterations
+// (after -w warm-up ones) and a polling synchronisation of every stream, each
+// iteration at a new offset in buffers sized for -e (nccl-tests' shift, so
+// that a small operation does not run from a warm cache); the times of the
+// processes are averaged (nccl-tests' default -a 1). -c checks one extra run
+// against a CPU reference on every rank; wrong elements are summed over ranks.
 package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -27,6 +42,7 @@ import (
 	"github.com/gonccl/nccl"
 	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/collectives"
+	"github.com/gonccl/nccl/internal/launch"
 )
 
 type opSpec struct {
@@ -111,13 +127,20 @@ func main() {
 	dtName := flag.String("d", "float", "data type")
 	redName := flag.String("o", "sum", "reduction op")
 	root := flag.Int("r", 0, "root rank")
-	ngpu := flag.Int("g", 0, "GPUs driven by this process (default: all)")
+	ngpu := flag.Int("g", 1, "GPUs driven by each process")
 	grouped := flag.Bool("grouped", false, "alltoall, gather, scatter through grouped send/recv instead of the native call")
 	asJSON := flag.Bool("json", false, "print JSON instead of the table")
 	plot := flag.String("plot", "", "draw busbw against size into this SVG file")
 	overlay := flag.String("overlay", "", "with -plot: a saved nccl-tests output to draw beside")
+	lf := launch.Register(flag.CommandLine)
 	flag.Parse()
 
+	if lf.NP > 0 {
+		if err := launch.SelfLaunch(lf.NP, os.Args[1:]); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	spec, ok := opSpecs[*opName]
 	if !ok {
 		log.Fatalf("unknown -op %q", *opName)
@@ -135,30 +158,40 @@ func main() {
 	if err1 != nil || err2 != nil || lo <= 0 || hi < lo {
 		log.Fatalf("bad -b/-e")
 	}
+	var inc int
+	if *step != "" {
+		var err error
+		if inc, err = parseSize(*step); err != nil || inc <= 0 {
+			log.Fatal("bad -i")
+		}
+	} else if *factor < 2 {
+		log.Fatal("bad -f: at least 2")
+	}
+	if *ngpu < 1 {
+		log.Fatal("bad -g: at least 1")
+	}
+	job, err := launch.Detect()
+	if err != nil {
+		log.Fatal(err)
+	}
 	lib, err := nccl.Open()
 	if err != nil {
 		log.Fatal(err)
 	}
-	cu := lib.CUDA()
-	if *ngpu == 0 {
-		if *ngpu, err = cu.DeviceCount(); err != nil {
-			log.Fatal(err)
-		}
-	}
-	n := *ngpu
-	devs := make([]int, n)
-	for i := range devs {
-		devs[i] = i
-	}
-	comms, err := lib.InitAll(devs)
+	comms, err := initComms(lib, job, *ngpu, lf.IDFile)
 	if err != nil {
-		log.Fatal(err)
+		log.Fatalf("rank %d: %v", job.Rank, err)
 	}
-	b := newBench(lib, comms, dt, red, *root, spec, *opName, *grouped)
-	b.maxBytes = hi
-	if !*asJSON {
+	n := comms[0].Count()
+	if spec.rooted && (*root < 0 || *root >= n) {
+		log.Fatalf("bad -r %d: %d ranks", *root, n)
+	}
+	b := newBench(lib, comms, dt, red, *root, spec, *opName, *grouped, hi)
+	show := job.Rank == 0 && !*asJSON
+	if show {
 		fmt.Printf("# nccl-bench (gonccl) %s, NCCL %s from %s\n", *opName, lib.Version(), lib.Path)
-		fmt.Printf("# nGpus %d, iters %d, warmup %d, check %d\n", n, *iters, *warm, *check)
+		fmt.Printf("# nranks %d: %d process(es) × %d GPU(s), launcher %s; iters %d, warmup %d, check %d\n",
+			n, job.Size, *ngpu, job.Launcher, *iters, *warm, *check)
 		fmt.Printf("#\n#%12s %12s %8s %6s %6s   %9s %8s %8s %6s   %9s %8s %8s %6s\n", "size", "count", "type", "redop", "root",
 			"time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
 		fmt.Printf("#%12s %12s %8s %6s %6s   %9s %8s %8s %6s   %9s %8s %8s %6s\n", "(B)", "(elements)", "", "", "",
@@ -166,15 +199,9 @@ func main() {
 	}
 	var rows []row
 	var busSum float64
+	b.warmUp(lo, hi, *warm)
 	for size := lo; size <= hi; {
-		count := size / dt.Size()
-		if spec.timesN {
-			count /= n
-		}
-		if *opName == "alltoallv" { // nccl-tests aligns the per-peer count to 16 bytes
-			count &^= max(16/dt.Size(), 1) - 1
-		}
-		if count > 0 {
+		if count := b.count(size); count > 0 {
 			r := row{Size: count * dt.Size() * map[bool]int{true: n, false: 1}[spec.timesN], Count: count, Type: *dtName, Op: *redName, Root: *root}
 			if !spec.reduce {
 				r.Op = "none"
@@ -183,7 +210,7 @@ func main() {
 				r.Root = -1
 			}
 			for _, inPlace := range []bool{false, true} {
-				t, wrong := b.run(count, inPlace, *warm, *iters, *check == 1)
+				t, wrong := b.run(count, inPlace, *iters, *check == 1)
 				alg := float64(r.Size) / t / 1e3 // bytes / µs → GB/s
 				bus := alg * spec.busFactor(float64(n))
 				if inPlace {
@@ -194,24 +221,27 @@ func main() {
 			}
 			busSum += (r.OutBusBW + r.InBusBW) / 2
 			rows = append(rows, r)
-			if !*asJSON {
+			if show {
 				fmt.Printf(" %12d %12d %8s %6s %6d   %9.2f %8.2f %8.2f %6s   %9.2f %8.2f %8.2f %6s\n", r.Size, r.Count, r.Type, r.Op, r.Root,
 					r.OutTimeUs, r.OutAlgBW, r.OutBusBW, wrongText(r.OutWrong), r.InTimeUs, r.InAlgBW, r.InBusBW, wrongText(r.InWrong))
 			}
 		}
-		if *step != "" {
-			inc, err := parseSize(*step)
-			if err != nil || inc <= 0 {
-				log.Fatal("bad -i")
-			}
+		if inc > 0 {
 			size += inc
 		} else {
 			size *= *factor
 		}
 	}
+	for _, c := range comms {
+		c.Destroy()
+	}
+	if job.Rank != 0 {
+		return
+	}
 	avg := busSum / math.Max(1, float64(len(rows)))
 	if *asJSON {
-		json.NewEncoder(os.Stdout).Encode(map[string]any{"op": *opName, "nccl": lib.Version().String(), "gpus": n, "rows": rows, "avg_busbw": avg})
+		json.NewEncoder(os.Stdout).Encode(map[string]any{"op": *opName, "nccl": lib.Version().String(), "ranks": n,
+			"processes": job.Size, "gpus_per_process": *ngpu, "rows": rows, "avg_busbw": avg})
 	} else {
 		fmt.Printf("# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %g \n#\n", avg)
 	}
@@ -232,9 +262,40 @@ func main() {
 			log.Fatal(err)
 		}
 	}
-	for _, c := range comms {
-		c.Destroy()
+}
+
+// initComms creates this process's communicators: g ranks on GPUs
+// LocalRank·g … LocalRank·g+g-1. Alone (no launcher), through ncclCommInitAll;
+// in a job, every GPU's ncclCommInitRank from its own goroutine, as each
+// blocks until all ranks of the job have joined.
+func initComms(lib *nccl.Library, job launch.Job, g int, idFile string) ([]*nccl.Comm, error) {
+	devs := make([]int, g)
+	for i := range devs {
+		devs[i] = job.LocalRank*g + i
 	}
+	if job.Size == 1 {
+		return lib.InitAll(devs)
+	}
+	id, err := launch.UniqueID(lib, job, idFile)
+	if err != nil {
+		return nil, err
+	}
+	comms := make([]*nccl.Comm, g)
+	errs := make([]error, g)
+	var wg sync.WaitGroup
+	for i, dev := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[i], errs[i] = lib.InitRank(dev, id, job.Size*g, job.Rank*g+i)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	launch.Cleanup(job, idFile)
+	return comms, nil
 }
 
 func wrongText(w int) string {
@@ -252,127 +313,95 @@ func sortedKeys() []string {
 	return k
 }
 
-// bench holds one buffer pair and stream per GPU, sized for the largest run.
+// bench holds, per local GPU, a stream and one send and one receive buffer
+// sized for the largest run (-e), as nccl-tests allocates them.
 type bench struct {
 	lib     *nccl.Library
-	comms   []*nccl.Comm
+	comms   []*nccl.Comm // this process's ranks
+	n       int          // ranks in the job
 	streams []nccl.Stream
 	send    []collectives.Buffer[uint8]
 	recv    []collectives.Buffer[uint8]
+	scratch []collectives.Buffer[float64] // for sums over the job's ranks
 	dt      abi.DataType
 	red     abi.RedOp
 	root    int
 	spec    opSpec
 	op      string
 	grouped bool
-	cap     int
+	cap     int // bytes of every send and receive buffer
+
+	p2pIter        bool // an iteration is sends and receives: p2p()
+	movementNative bool // nativeMovement(), once
 
 	matrices map[int][4][]uint64
-	maxBytes int // the largest buffer a run needs (-e)
 }
 
-func newBench(lib *nccl.Library, comms []*nccl.Comm, dt abi.DataType, red abi.RedOp, root int, spec opSpec, op string, grouped bool) *bench {
-	b := &bench{lib: lib, comms: comms, dt: dt, red: red, root: root, spec: spec, op: op, grouped: grouped}
+func newBench(lib *nccl.Library, comms []*nccl.Comm, dt abi.DataType, red abi.RedOp, root int, spec opSpec, op string, grouped bool, maxBytes int) *bench {
+	b := &bench{lib: lib, comms: comms, n: comms[0].Count(), dt: dt, red: red, root: root, spec: spec, op: op, grouped: grouped, cap: maxBytes}
 	cu := lib.CUDA()
-	for i := range comms {
-		s, err := cu.StreamCreate(i, abi.StreamNonBlocking)
-		if err != nil {
-			log.Fatal(err)
-		}
+	b.send = make([]collectives.Buffer[uint8], len(comms))
+	b.recv = make([]collectives.Buffer[uint8], len(comms))
+	for i, c := range comms {
+		s, err := cu.StreamCreate(c.Device(), abi.StreamNonBlocking)
+		must(err)
 		b.streams = append(b.streams, s)
+		sc, err := collectives.Alloc[float64](cu, c.Device(), 2)
+		must(err)
+		b.scratch = append(b.scratch, sc)
+		if !b.native() {
+			b.send[i], err = collectives.Alloc[uint8](cu, c.Device(), maxBytes)
+			must(err)
+			b.recv[i], err = collectives.Alloc[uint8](cu, c.Device(), maxBytes)
+			must(err)
+		}
 	}
-	return b
-}
-
-func (b *bench) ensure(bytes int) {
-	if bytes <= b.cap {
-		return
-	}
-	cu := b.lib.CUDA()
-	if b.native() { // symmetric windows, once, at the largest size
-		// Registering a symmetric window is collective: one goroutine per
-		// communicator, or the first registration would wait for the others.
-		bytes = b.maxBytes
-		b.send = make([]collectives.Buffer[uint8], len(b.comms))
-		b.recv = make([]collectives.Buffer[uint8], len(b.comms))
+	b.p2pIter, b.movementNative = b.p2p(), b.nativeMovement()
+	if b.native() {
+		// VCCL's ncclAlltoAllv wants symmetric windows. Registering one is
+		// collective: one goroutine per communicator, or the first
+		// registration would wait for the others.
 		var wg sync.WaitGroup
-		for i, c := range b.comms {
+		for i, c := range comms {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				var err error
-				b.send[i], err = collectives.AllocSymmetric[uint8](c, bytes)
+				b.send[i], err = collectives.AllocSymmetric[uint8](c, maxBytes)
 				must(err)
-				b.recv[i], err = collectives.AllocSymmetric[uint8](c, bytes)
+				b.recv[i], err = collectives.AllocSymmetric[uint8](c, maxBytes)
 				must(err)
 			}()
 		}
 		wg.Wait()
-		b.cap = bytes
-		return
 	}
-	for i := range b.comms {
-		if b.cap > 0 {
-			b.send[i].Free(cu)
-			b.recv[i].Free(cu)
-		}
-	}
-	b.send, b.recv = b.send[:0], b.recv[:0]
-	for i := range b.comms {
-		s, err := collectives.Alloc[uint8](cu, i, bytes)
-		if err != nil {
-			log.Fatal(err)
-		}
-		r, err := collectives.Alloc[uint8](cu, i, bytes)
-		if err != nil {
-			log.Fatal(err)
-		}
-		b.send, b.recv = append(b.send, s), append(b.recv, r)
-	}
-	b.cap = bytes
+	return b
 }
 
-// launch enqueues one iteration on every GPU, in one group.
-func (b *bench) launch(count int, inPlace bool) error {
-	n := len(b.comms)
-	sz := b.dt.Size()
+// p2p says whether an iteration is made of sends and receives, which must
+// meet in one group even when the process drives a single GPU.
+func (b *bench) p2p() bool {
+	switch b.op {
+	case "sendrecv":
+		return true
+	case "alltoallv":
+		return !b.native()
+	case "alltoall", "gather", "scatter":
+		return !b.nativeMovement()
+	}
+	return false
+}
+
+// launch enqueues one iteration on every local GPU, at byte offset shift into
+// the buffers: in one group when there are several GPUs or the operation is
+// made of sends and receives, as nccl-tests does.
+func (b *bench) launch(count int, inPlace bool, shift int) error {
+	if len(b.comms) == 1 && !b.p2pIter {
+		return b.enqueue(0, count, inPlace, shift)
+	}
 	return b.lib.Group(func() error {
-		for i, c := range b.comms {
-			s := b.streams[i]
-			send, recv := b.send[i].Ptr(), b.recv[i].Ptr()
-			if inPlace {
-				send = recv
-				switch b.op {
-				case "all_gather", "gather":
-					send = recv + nccl.DevicePtr(i*count*sz)
-				case "reduce_scatter":
-					send, recv = b.recv[i].Ptr(), b.recv[i].Ptr()+nccl.DevicePtr(i*count*sz)
-				case "scatter":
-					send, recv = b.recv[i].Ptr(), b.recv[i].Ptr()+nccl.DevicePtr(i*count*sz)
-				}
-			}
-			var err error
-			switch b.op {
-			case "all_reduce":
-				err = c.AllReduce(send, recv, count, b.dt, b.red, s)
-			case "all_gather":
-				err = c.AllGather(send, recv, count, b.dt, s)
-			case "reduce_scatter":
-				err = c.ReduceScatter(send, recv, count, b.dt, b.red, s)
-			case "broadcast":
-				err = c.Broadcast(send, recv, count, b.dt, b.root, s)
-			case "reduce":
-				err = c.Reduce(send, recv, count, b.dt, b.red, b.root, s)
-			case "alltoall", "gather", "scatter":
-				err = b.movement(c, i, send, recv, count, s)
-			case "sendrecv":
-				if err = c.Send(send, count, b.dt, (i+1)%n, s); err == nil {
-					err = c.Recv(recv, count, b.dt, (i+n-1)%n, s)
-				}
-			case "alltoallv":
-				err = b.alltoallv(c, i, send, recv, count, s)
-			}
-			if err != nil {
+		for i := range b.comms {
+			if err := b.enqueue(i, count, inPlace, shift); err != nil {
 				return err
 			}
 		}
@@ -380,11 +409,50 @@ func (b *bench) launch(count int, inPlace bool) error {
 	})
 }
 
+// enqueue issues the operation of local GPU i.
+func (b *bench) enqueue(i, count int, inPlace bool, shift int) error {
+	c, s := b.comms[i], b.streams[i]
+	me, n, sz := c.Rank(), b.n, b.dt.Size()
+	send, recv := b.send[i].Ptr()+nccl.DevicePtr(shift), b.recv[i].Ptr()+nccl.DevicePtr(shift)
+	if inPlace {
+		switch b.op {
+		case "all_gather", "gather":
+			send = recv + nccl.DevicePtr(me*count*sz)
+		case "reduce_scatter", "scatter":
+			send, recv = recv, recv+nccl.DevicePtr(me*count*sz)
+		default:
+			send = recv
+		}
+	}
+	switch b.op {
+	case "all_reduce":
+		return c.AllReduce(send, recv, count, b.dt, b.red, s)
+	case "all_gather":
+		return c.AllGather(send, recv, count, b.dt, s)
+	case "reduce_scatter":
+		return c.ReduceScatter(send, recv, count, b.dt, b.red, s)
+	case "broadcast":
+		return c.Broadcast(send, recv, count, b.dt, b.root, s)
+	case "reduce":
+		return c.Reduce(send, recv, count, b.dt, b.red, b.root, s)
+	case "alltoall", "gather", "scatter":
+		return b.movement(c, me, send, recv, count, s)
+	case "sendrecv":
+		if err := c.Send(send, count, b.dt, (me+1)%n, s); err != nil {
+			return err
+		}
+		return c.Recv(recv, count, b.dt, (me+n-1)%n, s)
+	case "alltoallv":
+		return b.alltoallv(c, me, send, recv, count, s)
+	}
+	return fmt.Errorf("unknown operation %q", b.op)
+}
+
 // alltoallv runs nccl-tests' pattern: grouped Send/Recv as alltoallv_perf does,
 // or VCCL's native ncclAlltoAllv when the library has it (buffers then come from
 // symmetric windows; -grouped forces the grouped form).
 func (b *bench) alltoallv(c *nccl.Comm, me int, send, recv nccl.DevicePtr, count int, s nccl.Stream) error {
-	n, sz := len(b.comms), b.dt.Size()
+	n, sz := b.n, b.dt.Size()
 	total := count * n * sz
 	if b.native() {
 		m := b.matrix(n, total)
@@ -409,7 +477,15 @@ func (b *bench) alltoallv(c *nccl.Comm, me int, send, recv nccl.DevicePtr, count
 	return nil
 }
 
+// native says whether alltoallv uses VCCL's ncclAlltoAllv.
 func (b *bench) native() bool { return b.op == "alltoallv" && !b.grouped && b.lib.Has("ncclAlltoAllv") }
+
+// nativeMovement says whether alltoall, gather or scatter use NCCL's own call
+// (2.28 and later) rather than grouped Send/Recv.
+func (b *bench) nativeMovement() bool {
+	name, ok := map[string]string{"alltoall": "ncclAlltoAll", "gather": "ncclGather", "scatter": "ncclScatter"}[b.op]
+	return ok && !b.grouped && b.lib.Has(name)
+}
 
 // matrix is the pattern as VCCL's nranks×nranks counts and displacements,
 // kept for the whole run (NCCL reads them until the group ends).
@@ -439,8 +515,7 @@ func (b *bench) matrix(n, total int) [4][]uint64 {
 }
 
 func (b *bench) movement(c *nccl.Comm, me int, send, recv nccl.DevicePtr, count int, s nccl.Stream) error {
-	n, sz := len(b.comms), b.dt.Size()
-	native := !b.grouped && b.lib.Has("nccl"+map[string]string{"alltoall": "AlltoAll", "gather": "Gather", "scatter": "Scatter"}[b.op])
+	n, sz, native := b.n, b.dt.Size(), b.movementNative
 	switch b.op {
 	case "alltoall":
 		if native {
@@ -482,84 +557,184 @@ func (b *bench) movement(c *nccl.Comm, me int, send, recv nccl.DevicePtr, count 
 	return nil
 }
 
-// run times iters iterations after warm-up ones and returns µs per iteration
-// (the slowest GPU), and the number of wrong elements of a checked run.
-func (b *bench) run(count int, inPlace bool, warm, iters int, check bool) (float64, int) {
-	n := len(b.comms)
+// count is the element count per rank of a size as nccl-tests prints it.
+func (b *bench) count(size int) int {
+	count := size / b.dt.Size()
+	if b.spec.timesN {
+		count /= b.n
+	}
+	if b.op == "alltoallv" { // nccl-tests aligns the per-peer count to 16 bytes
+		count &^= max(16/b.dt.Size(), 1) - 1
+	}
+	return count
+}
+
+// warmUp runs warm iterations at every size from lo to hi, doubling, out of
+// place, before anything is timed, as nccl-tests does.
+func (b *bench) warmUp(lo, hi, warm int) {
+	for size := lo; size <= hi; size *= 2 {
+		count := b.count(size)
+		if count == 0 {
+			continue
+		}
+		for it := range warm {
+			must(b.launch(count, false, b.shift(count, it)))
+		}
+		b.sync()
+	}
+}
+
+// shift is the byte offset of iteration it into the buffers: nccl-tests moves
+// every iteration to the next slot of the size, so that a small operation
+// does not always find its data in cache.
+func (b *bench) shift(count, it int) int {
 	bytes := count * b.dt.Size()
 	if b.spec.timesN {
-		bytes *= n
+		bytes *= b.n
 	}
-	b.ensure(bytes)
-	cu := b.lib.CUDA()
+	return bytes * (it % max(b.cap/max(bytes, 1), 1))
+}
+
+// run times iters iterations and returns µs per iteration, averaged over the
+// job's processes, and the number of wrong elements of a checked run, summed
+// over its ranks. Before the timing, one run (the checked one with check)
+// and a barrier, as nccl-tests.
+func (b *bench) run(count int, inPlace bool, iters int, check bool) (float64, int) {
+	bytes := count * b.dt.Size()
+	if b.spec.timesN {
+		bytes *= b.n
+	}
+	if bytes > b.cap {
+		log.Fatalf("%d bytes do not fit the %d-byte buffers", bytes, b.cap)
+	}
 	wrong := -1
 	if check {
 		wrong = b.check(count, inPlace)
+	} else {
+		must(b.launch(count, inPlace, 0))
+		b.sync()
 	}
-	for range warm {
-		must(b.launch(count, inPlace))
-	}
-	for i := range b.comms {
-		must(cu.StreamSynchronize(b.streams[i]))
-	}
+	b.barrier()
 	// As nccl-tests times: the host clock around the launches and the final
 	// synchronisation of every stream, so launch costs count.
 	t0 := time.Now()
-	for range iters {
-		must(b.launch(count, inPlace))
+	for it := range iters {
+		must(b.launch(count, inPlace, b.shift(count, it)))
 	}
+	b.sync()
+	us := float64(time.Since(t0).Nanoseconds()) / 1e3 / float64(iters)
+	return b.sum(us, us) / float64(b.n), wrong
+}
+
+// sync waits for every local stream by polling, as nccl-tests'
+// testStreamSynchronize: cudaStreamQuery in a loop, and the communicator's
+// asynchronous error while a stream is busy.
+func (b *bench) sync() {
+	cu := b.lib.CUDA()
+	for i, s := range b.streams {
+		for {
+			done, err := cu.StreamQuery(s)
+			must(err)
+			if done {
+				break
+			}
+			must(b.comms[i].AsyncError())
+		}
+	}
+}
+
+// local says whether this process holds every rank of the job.
+func (b *bench) local() bool { return len(b.comms) == b.n }
+
+// barrier returns once every process has reached it (an all-reduce over the
+// job); one process alone has nothing to wait for.
+func (b *bench) barrier() {
+	if !b.local() {
+		b.sum(0, 0)
+	}
+}
+
+// sum adds the values of the job's ranks: first is local rank 0's, other the
+// rest's (nccl-tests' Allreduce over MPI, here an NCCL all-reduce of float64).
+func (b *bench) sum(first, other float64) float64 {
+	if b.local() {
+		return first + other*float64(len(b.comms)-1)
+	}
+	cu := b.lib.CUDA()
 	for i := range b.comms {
-		must(cu.StreamSynchronize(b.streams[i]))
+		v := other
+		if i == 0 {
+			v = first
+		}
+		must(b.scratch[i].CopyIn(cu, []float64{v}))
 	}
-	return float64(time.Since(t0).Nanoseconds()) / 1e3 / float64(iters), wrong
+	must(b.lib.Group(func() error {
+		for i, c := range b.comms {
+			if err := c.AllReduce(b.scratch[i].Ptr(), b.scratch[i].Ptr(), 1, abi.Float64, abi.Sum, b.streams[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	b.sync()
+	out := make([]float64, 2)
+	must(b.scratch[0].CopyOut(cu, out))
+	return out[0]
 }
 
 // check runs the operation once on known bytes and counts the elements that
-// differ from the CPU's answer. It checks int8/uint8 data (-d uint8) with sum
-// or no reduction, bit for bit; other cases return -1, printed N/A, as do an
-// in-place sendrecv and an in-place grouped alltoall, whose peers read a buffer
-// while it is overwritten (timed all the same, as nccl-tests does).
+// differ from the CPU's answer, summed over the job's ranks. It checks
+// int8/uint8 data (-d uint8) with sum or no reduction, bit for bit; other cases
+// return -1, printed N/A, as do an in-place sendrecv, alltoallv and grouped
+// alltoall, whose peers read a buffer while it is overwritten (timed all the
+// same, as nccl-tests does).
 func (b *bench) check(count int, inPlace bool) int {
-	if b.dt != abi.Uint8 && b.dt != abi.Int8 || b.spec.reduce && b.red != abi.Sum || b.op == "alltoallv" || inPlace && (b.op == "sendrecv" || b.op == "alltoall" && (b.grouped || !b.lib.Has("ncclAlltoAll"))) {
+	if b.dt != abi.Uint8 && b.dt != abi.Int8 || b.spec.reduce && b.red != abi.Sum ||
+		inPlace && (b.op == "sendrecv" || b.op == "alltoallv" || b.op == "alltoall" && !b.movementNative) {
 		return -1 // not checked: printed N/A
 	}
-	n := len(b.comms)
+	n := b.n
 	cu := b.lib.CUDA()
 	total := count
 	if b.spec.timesN {
 		total *= n
 	}
-	in := make([][]uint8, n)
-	for i := range b.comms {
-		in[i] = make([]uint8, total)
-		for k := range in[i] {
-			in[i][k] = uint8(i*7 + k%13)
-		}
+	// Every rank's input, so that each process can work out its own ranks'
+	// answers; it writes only its own.
+	in := inputs(n, total)
+	for i, c := range b.comms {
 		dst := b.send[i]
-		if inPlace {
+		if inPlace { // the in-place input sits in recv (at the rank's block where the operation says so)
 			dst = b.recv[i]
 		}
-		must(dst.CopyIn(cu, in[i]))
+		must(dst.CopyIn(cu, in[c.Rank()]))
 	}
-	if inPlace { // the in-place input sits in recv at the rank's block
-		for i := range b.comms {
-			must(b.recv[i].CopyIn(cu, in[i]))
-		}
-	}
-	must(b.launch(count, inPlace))
+	must(b.launch(count, inPlace, 0))
+	b.sync()
 	wrong := 0
-	for i := range b.comms {
-		must(cu.StreamSynchronize(b.streams[i]))
-		got := make([]uint8, total)
+	got := make([]uint8, total)
+	for i, c := range b.comms {
 		must(b.recv[i].CopyOut(cu, got))
-		want := expected(b.op, in, i, count, b.root, inPlace)
+		want := expected(b.op, in, c.Rank(), count, b.root, inPlace)
 		for k, w := range want {
 			if w >= 0 && int(got[k]) != w {
 				wrong++
 			}
 		}
 	}
-	return wrong
+	return int(b.sum(float64(wrong), 0))
+}
+
+// inputs are the check's data: n ranks' bytes, total each.
+func inputs(n, total int) [][]uint8 {
+	in := make([][]uint8, n)
+	for r := range in {
+		in[r] = make([]uint8, total)
+		for k := range in[r] {
+			in[r][k] = uint8(r*7 + k%13)
+		}
+	}
+	return in
 }
 
 // expected is rank me's receive buffer for byte data, -1 where undefined.
@@ -622,6 +797,19 @@ func expected(op string, in [][]uint8, me, count, root int, inPlace bool) []int 
 		}
 		for k := 0; k < count; k++ {
 			out[base+k] = blk(root, me, k)
+		}
+	case "alltoallv": // nccl-tests' pattern, in bytes (one-byte elements)
+		total := len(in[me])
+		ro := 0
+		for p := range n {
+			so := 0
+			for q := range me {
+				so += peerBytes(p, q, n, total)
+			}
+			for k := range peerBytes(p, me, n, total) {
+				out[ro+k] = int(in[p][so+k])
+			}
+			ro += peerBytes(p, me, n, total)
 		}
 	case "sendrecv":
 		prev := (me + n - 1) % n

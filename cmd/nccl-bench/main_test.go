@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/gonccl/nccl"
@@ -16,42 +18,136 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// TestEveryOperation runs each operation on the fake NCCL with three GPUs, in
-// and out of place, checks its bytes, and keeps the timed loop free of
-// allocations.
+// jobs are the ways the tests lay a job's ranks over processes: one process
+// with every GPU (nccl-tests -g), one GPU per process (under mpirun), two per
+// process, and a single rank. A "process" here is a goroutine with its own
+// bench over its share of the communicators, so the job's sums, barriers and
+// per-rank checks run as they do across real processes.
+var jobs = [][][]int{{{0, 1, 2}}, {{0}, {1}, {2}}, {{0, 1}, {2, 3}}, {{0}}}
+
+// TestEveryOperation runs each operation on the fake NCCL in every job layout,
+// in and out of place, native and grouped: the bytes of every rank are checked,
+// and wrong counts and times are summed over the job.
 func TestEveryOperation(t *testing.T) {
 	for _, variant := range []string{"default", "old", "vccl11"} {
 		lib, err := nccl.Open(nccl.WithLibrary(fakes.NCCL(t, variant)), nccl.WithCUDARuntime(fakes.CUDART(t)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		comms, err := lib.InitAll([]int{0, 1, 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for name, spec := range opSpecs {
-			for _, grouped := range []bool{false, true} {
-				b := newBench(lib, comms, abi.Uint8, abi.Sum, 1, spec, name, grouped)
-				b.maxBytes = 3 * 4096
-				for _, inPlace := range []bool{false, true} {
-					_, wrong := b.run(1024, inPlace, 1, 2, true)
-					if wrong > 0 {
-						t.Errorf("%s %s grouped=%v in-place=%v: %d wrong", variant, name, grouped, inPlace, wrong)
-					}
-					if wrong < 0 && name != "alltoallv" && !inPlace {
-						t.Errorf("%s %s: out of place not checked", variant, name)
-					}
-				}
-				if allocs := testing.AllocsPerRun(20, func() { must(b.launch(1024, false)) }); allocs != 0 && name != "alltoallv" {
-					t.Errorf("%s %s: %v allocations per timed iteration", variant, name, allocs)
-				}
-				for i := range b.comms {
-					must(lib.CUDA().StreamSynchronize(b.streams[i]))
+		for _, job := range jobs {
+			var devs []int
+			for _, p := range job {
+				devs = append(devs, p...)
+			}
+			comms, err := lib.InitAll(devs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, spec := range opSpecs {
+				for _, grouped := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%s/%v/%s/grouped=%v", variant, job, name, grouped), func(t *testing.T) {
+						runJob(t, lib, comms, job, name, spec, grouped)
+					})
 				}
 			}
+			for _, c := range comms {
+				c.Destroy()
+			}
 		}
+	}
+}
+
+// runJob runs one operation on every process of the job at once.
+func runJob(t *testing.T, lib *nccl.Library, comms []*nccl.Comm, job [][]int, name string, spec opSpec, grouped bool) {
+	const count = 1024
+	n := len(comms)
+	benches := make([]*bench, len(job))
+	first := 0
+	var made sync.WaitGroup // at once: registering symmetric windows is collective
+	for p, devs := range job {
+		made.Add(1)
+		go func(c []*nccl.Comm) {
+			defer made.Done()
+			benches[p] = newBench(lib, c, abi.Uint8, abi.Sum, n-1, spec, name, grouped, n*count*3)
+		}(comms[first : first+len(devs)])
+		first += len(devs)
+	}
+	made.Wait()
+	for _, inPlace := range []bool{false, true} {
+		wrong := make([]int, len(job))
+		times := make([]float64, len(job))
+		var wg sync.WaitGroup
+		for p, b := range benches {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b.warmUp(count, count, 1)
+				times[p], wrong[p] = b.run(b.count(count), inPlace, 4, true)
+			}()
+		}
+		wg.Wait()
+		for p := range job {
+			if wrong[p] != wrong[0] || times[p] != times[0] {
+				t.Errorf("in-place=%v: process %d got %v wrong and %v µs, process 0 %v and %v: not the job's sums",
+					inPlace, p, wrong[p], times[p], wrong[0], times[0])
+			}
+		}
+		if wrong[0] > 0 {
+			t.Errorf("in-place=%v: %d wrong", inPlace, wrong[0])
+		}
+		if wrong[0] < 0 && !inPlace {
+			t.Errorf("out of place not checked")
+		}
+		if times[0] <= 0 {
+			t.Errorf("in-place=%v: time %v", inPlace, times[0])
+		}
+	}
+	if len(job) == 1 && name != "alltoallv" {
+		b := benches[0]
+		if allocs := testing.AllocsPerRun(20, func() { must(b.launch(count, false, count)) }); allocs != 0 {
+			t.Errorf("%v allocations per timed iteration", allocs)
+		}
+		b.sync()
+	}
+}
+
+// TestCheckFindsCorruption makes sure the byte check can fail: a receive
+// buffer overwritten after the operation must be counted wrong.
+func TestCheckFindsCorruption(t *testing.T) {
+	lib, err := nccl.Open(nccl.WithLibrary(fakes.NCCL(t, "default")), nccl.WithCUDARuntime(fakes.CUDART(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	comms, err := lib.InitAll([]int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
 		for _, c := range comms {
 			c.Destroy()
+		}
+	}()
+	// Each operation, then another one run instead of it.
+	for name, other := range map[string]string{"all_reduce": "broadcast", "alltoallv": "all_reduce", "all_gather": "all_reduce"} {
+		b := newBench(lib, comms, abi.Uint8, abi.Sum, 0, opSpecs[name], name, false, 4096)
+		if w := b.check(512, false); w != 0 {
+			t.Fatalf("%s: %d wrong before corruption", name, w)
+		}
+		b.op = other
+		must(b.launch(512, false, 0))
+		b.sync()
+		b.op = name
+		got := make([]uint8, 1024)
+		must(b.recv[1].CopyOut(lib.CUDA(), got))
+		want := expected(name, inputs(2, 1024), 1, 512, 0, false)
+		diff := 0
+		for k, w := range want {
+			if w >= 0 && int(got[k]) != w {
+				diff++
+			}
+		}
+		if diff == 0 {
+			t.Fatalf("%s: the corrupted buffer matches the reference", name)
 		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/gonccl/nccl"
 	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/collectives"
-	"github.com/gonccl/nccl/examples/internal/launch"
+	"github.com/gonccl/nccl/internal/launch"
 )
 
 func main() {

@@ -1,4 +1,4 @@
-// Package launch gives the examples their place in a job: rank, world size and
+// Package launch gives the examples and nccl-bench their place in a job: rank, world size and
 // local GPU from whichever launcher started the process (mpirun, srun, torchrun,
 // or the example itself with -np), and the NCCL unique id by the launcher's way.
 package launch
