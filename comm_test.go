@@ -1,6 +1,7 @@
 package nccl_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -684,5 +685,58 @@ func churn() {
 			junk = append(junk, s)
 		}
 		runtime.KeepAlive(junk)
+	}
+}
+
+// TestCopyToDeviceComplete: the fake runtime, like CUDA, returns from a
+// pageable host-to-device cudaMemcpy before the bytes land (they follow on the
+// legacy stream). CopyToDevice promises they are there: a non-blocking stream's
+// copy right after must read them, and a raw Memcpy gives no such promise.
+func TestCopyToDeviceComplete(t *testing.T) {
+	l := open(t, "default")
+	cu := l.CUDA()
+	s, err := cu.StreamCreate(0, abi.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cu.StreamDestroy(s)
+	a, _ := cu.Malloc(0, 4096)
+	b, _ := cu.Malloc(0, 4096)
+	defer cu.Free(a)
+	defer cu.Free(b)
+	host, got := make([]byte, 4096), make([]byte, 4096)
+	round := func(it int, copyIn func() error) bool {
+		for k := range host {
+			host[k] = byte(it*31 + k%251)
+		}
+		if err := copyIn(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cu.MemcpyAsync(uintptr(b), uintptr(a), len(host), abi.MemcpyDeviceToDevice, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := cu.StreamSynchronize(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := cu.CopyFromDevice(got, b); err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Equal(got, host)
+	}
+	for it := range 20 {
+		if !round(it, func() error { return cu.CopyToDevice(a, host) }) {
+			t.Fatalf("round %d: the bytes of CopyToDevice had not landed when it returned", it)
+		}
+	}
+	stale := 0
+	for it := range 20 {
+		if !round(100+it, func() error {
+			return cu.Memcpy(uintptr(a), uintptr(unsafe.Pointer(&host[0])), len(host), abi.MemcpyHostToDevice)
+		}) {
+			stale++
+		}
+	}
+	if stale == 0 {
+		t.Error("a raw pageable cudaMemcpy was always complete: the fake no longer models CUDA's staged copy")
 	}
 }

@@ -33,7 +33,7 @@ func OpenCUDA(opts ...Option) (*CUDA, error) {
 		return nil, err
 	}
 	cu := &CUDA{LibraryFile: file}
-	if err := resolve(file.handle, file.Path, cudaSymbols[:], cu.fn[:], func(symbol) bool { return true }); err != nil {
+	if err := resolve(file.handle, file.Path, cudaSymbols[:], cu.fn[:], func(*symbol) bool { return true }); err != nil {
 		return nil, err
 	}
 	return cu, nil
@@ -160,6 +160,9 @@ func (cu *CUDA) FreeHost(b []byte) error {
 // Memcpy copies n bytes between any two addresses the runtime understands
 // (kind abi.MemcpyDefault lets it tell). Host addresses in Go memory must be kept
 // alive by the caller; CopyToDevice and CopyFromDevice do that for slices.
+// As cudaMemcpy, a copy from pageable host memory to the device may return
+// before the bytes land, and work on a non-blocking stream is not ordered
+// after it; CopyToDevice waits for them.
 func (cu *CUDA) Memcpy(dst, src uintptr, n int, kind abi.MemcpyKind) error {
 	if n < 0 {
 		return &CUDAError{Op: "cudaMemcpy", Code: abi.CudaErrorInvalidValue, Msg: "negative size"}
@@ -176,12 +179,19 @@ func (cu *CUDA) MemcpyAsync(dst, src uintptr, n int, kind abi.MemcpyKind, s Stre
 	return cu.call(cuMemcpyAsync, dst, src, uintptr(n), uintptr(kind), uintptr(s))
 }
 
-// CopyToDevice copies src to device memory at dst, synchronously.
+// CopyToDevice copies src to device memory at dst and returns once the bytes
+// are there. cudaMemcpy alone returns from a pageable host-to-device copy once
+// the data is staged, before its DMA lands, and work on a non-blocking stream
+// is not ordered after it: CopyToDevice also waits for the legacy stream, which
+// carries that DMA.
 func (cu *CUDA) CopyToDevice(dst DevicePtr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return cu.callPtr(cuMemcpy, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), uintptr(abi.MemcpyHostToDevice))
+	if err := cu.callPtr(cuMemcpy, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), uintptr(abi.MemcpyHostToDevice)); err != nil {
+		return err
+	}
+	return cu.call(cuStreamSynchronize, 0)
 }
 
 // CopyFromDevice copies device memory at src into dst, synchronously.

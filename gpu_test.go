@@ -213,3 +213,52 @@ func TestGPUChildRank(t *testing.T) {
 	runAllCases(t, l, ranks, rand.New(rand.NewPCG(uint64(n), 9)))
 	t.Logf("rank %d of %d (pid %d): %d results checked, %d elements", me, n, os.Getpid(), checked.cases.Load(), checked.elements.Load())
 }
+
+// TestGPUCopyToDeviceComplete: CopyToDevice is documented as synchronous, so
+// work a non-blocking stream starts right after it (which CUDA does not order
+// after the legacy stream's copy) must see the new bytes. CUDA returns from a
+// pageable host-to-device cudaMemcpy once the data is staged, before its DMA
+// lands; each size is tried many times with fresh bytes.
+func TestGPUCopyToDeviceComplete(t *testing.T) {
+	l, _ := openReal(t)
+	cu := l.CUDA()
+	s, err := cu.StreamCreate(0, abi.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cu.StreamDestroy(s)
+	const most = 4 << 20
+	a, _ := cu.Malloc(0, most)
+	b, _ := cu.Malloc(0, most)
+	defer cu.Free(a)
+	defer cu.Free(b)
+	host, got := make([]byte, most), make([]byte, most)
+	for _, size := range []int{256, 8192, 65536, 1 << 20, most} {
+		stale := 0
+		for it := range 200 {
+			for k := range host[:size] {
+				host[k] = byte(it*31 + k%251)
+			}
+			if err := cu.CopyToDevice(a, host[:size]); err != nil {
+				t.Fatal(err)
+			}
+			if err := cu.MemcpyAsync(uintptr(b), uintptr(a), size, abi.MemcpyDeviceToDevice, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := cu.StreamSynchronize(s); err != nil {
+				t.Fatal(err)
+			}
+			if err := cu.CopyFromDevice(got[:size], b); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[:size], host[:size]) {
+				stale++
+			}
+		}
+		if stale > 0 {
+			t.Errorf("%d bytes: %d of 200 copies not complete when CopyToDevice returned", size, stale)
+		} else {
+			t.Logf("%d bytes: 200 of 200 copies complete", size)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/ebitengine/purego"
 	"github.com/gonccl/nccl/internal/ccall"
+	"golang.org/x/sys/unix"
 )
 
 // This file finds and opens shared libraries: one search routine serves libnccl
@@ -159,28 +159,32 @@ func search(spec libSpec, explicit string, getenv func(string) string) (LibraryF
 			h, err := openFile(p)
 			trace = append(trace, Attempt{Via: via, Path: p, Err: err})
 			if err == nil {
-				return finish(spec, via, p, h, trace)
+				return finish(spec, via, p, h, trace), true
 			}
 		}
 		return LibraryFile{}, false
 	}
 
-	for _, o := range []struct{ via, val string }{
-		{ViaOption, explicit},
-		{spec.override, getenv(spec.override)},
-	} {
-		if o.val == "" {
-			continue
+	via, val := ViaOption, explicit
+	if val == "" {
+		via, val = spec.override, getenv(spec.override)
+	}
+	if val != "" {
+		// A file the process has mapped already (the warm case: a second Open)
+		// needs no look at the disk.
+		if h := loaded(val); h != 0 {
+			trace = append(trace, Attempt{Via: via, Path: val})
+			return finish(spec, via, val, h, trace), nil
 		}
-		paths, err := candidates(spec, o.val)
+		paths, err := candidates(spec, val)
 		if err != nil {
-			trace = append(trace, Attempt{Via: o.via, Path: o.val, Err: err})
-			return fail(fmt.Errorf("%s=%s: %w", o.via, o.val, err))
+			trace = append(trace, Attempt{Via: via, Path: val, Err: err})
+			return fail(fmt.Errorf("%s=%s: %w", via, val, err))
 		}
-		if f, ok := tryAll(o.via, paths); ok {
+		if f, ok := tryAll(via, paths); ok {
 			return f, nil
 		}
-		return fail(fmt.Errorf("%s=%s: %w", o.via, o.val, trace[len(trace)-1].Err))
+		return fail(fmt.Errorf("%s=%s: %w", via, val, trace[len(trace)-1].Err))
 	}
 
 	homes := func(list []homeDir) (LibraryFile, bool, error) {
@@ -225,9 +229,7 @@ func search(spec libSpec, explicit string, getenv func(string) string) (LibraryF
 			}
 			trace = append(trace, Attempt{Via: via, Path: so, Err: err})
 			if err == nil {
-				if f, ok := finish(spec, via, so, h, trace); ok {
-					return f, nil
-				}
+				return finish(spec, via, so, h, trace), nil
 			}
 		}
 	}
@@ -241,13 +243,13 @@ func search(spec libSpec, explicit string, getenv func(string) string) (LibraryF
 }
 
 // finish fills in the mapped path of a loaded library.
-func finish(spec libSpec, via, tried string, h uintptr, trace []Attempt) (LibraryFile, bool) {
-	path, err := mappedPath(h, spec.sonames)
+func finish(spec libSpec, via, tried string, h uintptr, trace []Attempt) LibraryFile {
+	path, err := mappedPath(h)
 	if err != nil {
 		// The library is loaded; say what was asked for rather than fail.
 		path = tried
 	}
-	return LibraryFile{Path: path, Via: via, Trace: trace, handle: h}, true
+	return LibraryFile{Path: path, Via: via, Trace: trace, handle: h}
 }
 
 // candidates expands an explicit value: a file is itself; a folder yields the
@@ -321,13 +323,29 @@ func isFile(p string) bool {
 	return err == nil && !st.IsDir()
 }
 
-// openFile checks that path is an ELF shared object for this architecture, then
-// opens it. Checking first turns dlopen's terse words into typed errors.
+// openFile opens the file at path. A file the process has mapped already is
+// taken as it is: the dynamic loader validated it when it mapped it. Another is
+// first checked to be an ELF shared object for this architecture, which turns
+// dlopen's terse words into typed errors.
 func openFile(path string) (uintptr, error) {
+	if h := loaded(path); h != 0 {
+		return h, nil
+	}
 	if err := checkELF(path); err != nil {
 		return 0, err
 	}
 	return dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+}
+
+// loaded opens path only if the process has that file mapped already
+// (RTLD_NOLOAD), as dlopen would, and returns its handle; 0 if it has not. A
+// bare name is never looked up: it would match any library of that soname.
+func loaded(path string) uintptr {
+	if !filepath.IsAbs(path) {
+		return 0
+	}
+	h, _ := dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL|rtldNoload)
+	return h
 }
 
 // elfMachine is the ELF machine of this process.
@@ -336,16 +354,16 @@ var elfMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_
 // checkELF reads the ELF header (64 bytes, nothing more: the loader parses the
 // rest) and refuses what dlopen would refuse with less helpful words.
 func checkELF(path string) error {
-	f, err := os.Open(path)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
+		if err == unix.ENOENT {
 			return fmt.Errorf("no such file: %w", ErrNotFound)
 		}
-		return err
+		return &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	var h [64]byte
-	n, _ := io.ReadFull(f, h[:])
+	n, _ := unix.Pread(fd, h[:], 0)
 	if n < 20 || string(h[:4]) != elf.ELFMAG {
 		return fmt.Errorf("%w (no ELF magic)", ErrNotELF)
 	}
@@ -363,61 +381,103 @@ func checkELF(path string) error {
 	return nil
 }
 
-// dlopen keeps dlerror's words: purego reads dlerror in a separate call, so the
-// thread is locked around both (dlerror's state is per thread).
+// The dynamic loader's functions, called through gonccl's own call path:
+// purego's Dlopen and Dlsym go through reflection, which cost more than the
+// loader's own work. A zero address (a libc without the function) falls back to
+// purego, or for dlinfo to /proc/self/maps.
+type dlFuncs struct{ open, sym, info, errstr uintptr }
+
+var libdl = sync.OnceValue(func() dlFuncs {
+	addr := func(name string) uintptr {
+		p, _ := purego.Dlsym(purego.RTLD_DEFAULT, name)
+		return p
+	}
+	return dlFuncs{open: addr("dlopen"), sym: addr("dlsym"), info: addr("dlinfo"), errstr: addr("dlerror")}
+})
+
+// dlopen keeps dlerror's words: dlerror's state is per thread, so the thread is
+// locked around both calls.
 func dlopen(path string, mode int) (uintptr, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	h, err := purego.Dlopen(path, mode)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrDlopen, err)
+	if strings.IndexByte(path, 0) >= 0 {
+		return 0, fmt.Errorf("%w: %q holds a NUL byte", ErrDlopen, path)
 	}
-	return h, nil
+	d := libdl()
+	if d.open == 0 || d.errstr == 0 {
+		h, err := purego.Dlopen(path, mode)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %v", ErrDlopen, err)
+		}
+		return h, nil
+	}
+	if h := ccall.CallPtr(d.open, uintptr(unsafe.Pointer(cString(path))), uintptr(mode)); h != 0 {
+		return h, nil
+	}
+	return 0, fmt.Errorf("%w: %s", ErrDlopen, ccall.GoString(ccall.Call(d.errstr)))
 }
 
-// dlsym returns 0 for a missing symbol.
-func dlsym(h uintptr, name string) uintptr {
+// dlsym returns 0 for a missing symbol; name is NUL-terminated (symbol.cname).
+func dlsym(h uintptr, name *byte) uintptr {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	return dlsymLocked(h, name)
 }
 
-// dlsymLocked is dlsym for a caller that holds its OS thread. It calls the C
-// dlsym through gonccl's own call path: purego.Dlsym goes through reflection,
-// which made it the largest part of Open's cost.
-func dlsymLocked(h uintptr, name string) uintptr {
-	fn := dlsymFn()
+// dlsymLocked is dlsym for a caller that holds its OS thread.
+func dlsymLocked(h uintptr, name *byte) uintptr {
+	fn := libdl().sym
 	if fn == 0 {
-		p, err := purego.Dlsym(h, name)
+		p, err := purego.Dlsym(h, goString(name))
 		if err != nil {
 			return 0
 		}
 		return p
 	}
-	z := append([]byte(name), 0)
-	return ccall.CallPtr(fn, h, uintptr(unsafe.Pointer(&z[0])))
+	// name is kept alive and in place by the symbol table that holds it.
+	return ccall.Call(fn, h, uintptr(unsafe.Pointer(name)))
 }
 
-var dlsymFn = sync.OnceValue(func() uintptr {
-	p, err := purego.Dlsym(purego.RTLD_DEFAULT, "dlsym")
-	if err != nil {
-		return 0
-	}
-	return p
-})
+func goString(p *byte) string { return ccall.GoString(uintptr(unsafe.Pointer(p))) }
+
+// mappedPaths remembers mappedPath's answers by handle. gonccl never closes a
+// library, so a handle names the same mapped file for the life of the process:
+// the answer cannot change, and a second Open of a file looks at neither the
+// link map nor the disk again.
+var mappedPaths struct {
+	sync.Mutex
+	m map[uintptr]string
+}
 
 // mappedPath finds the file that backs the library behind handle h: the name
 // the dynamic loader recorded for it (dlinfo's link map), with symbolic links
 // resolved; where dlinfo is unavailable, the mapping of /proc/self/maps that
 // holds one of its symbols, which the kernel names after every link.
-func mappedPath(h uintptr, sonames []string) (string, error) {
+func mappedPath(h uintptr) (string, error) {
+	mappedPaths.Lock()
+	defer mappedPaths.Unlock()
+	if p, ok := mappedPaths.m[h]; ok {
+		return p, nil
+	}
+	p, err := findMappedPath(h)
+	if err != nil {
+		return "", err
+	}
+	if mappedPaths.m == nil {
+		mappedPaths.m = make(map[uintptr]string)
+	}
+	mappedPaths.m[h] = p
+	return p, nil
+}
+
+func findMappedPath(h uintptr) (string, error) {
 	if p := linkMapName(h); filepath.IsAbs(p) {
 		if real, err := filepath.EvalSymlinks(p); err == nil {
 			return real, nil
 		}
 	}
 	var addr uintptr
-	for _, s := range []string{"ncclGetVersion", "cudaRuntimeGetVersion"} {
+	for _, s := range []*byte{ncclSymbols[fnGetVersion].cname, cudaSymbols[cuRuntimeGetVersion].cname} {
 		if addr = dlsym(h, s); addr != 0 {
 			break
 		}
@@ -431,12 +491,10 @@ func mappedPath(h uintptr, sonames []string) (string, error) {
 // rtldDILinkmap is glibc's RTLD_DI_LINKMAP request to dlinfo.
 const rtldDILinkmap = 2
 
-var dlinfoFn = sync.OnceValue(func() uintptr { return dlsym(purego.RTLD_DEFAULT, "dlinfo") })
-
 // linkMapName is l_name of the loader's struct link_map for handle h (the
 // second pointer of the struct), or "".
 func linkMapName(h uintptr) string {
-	fn := dlinfoFn()
+	fn := libdl().info
 	if fn == 0 {
 		return ""
 	}

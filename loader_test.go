@@ -158,6 +158,31 @@ func TestSymlinkResolved(t *testing.T) {
 	}
 }
 
+// A second search of a file already mapped skips the disk (RTLD_NOLOAD, the
+// mapped-path cache) and must give the same answer as the first.
+func TestWarmSearchSameAnswer(t *testing.T) {
+	root := t.TempDir()
+	real := copyLib(t, "default", filepath.Join(root, "real"))
+	link := filepath.Join(root, "libnccl.so.2")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	for i, env := range [][]string{{"GONCCL_NCCL_LIB", root}, {"GONCCL_NCCL_LIB", link}, {"GONCCL_NCCL_LIB", root}} {
+		f, err := search(ncclSpec, "", envMap(env...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := f.Trace[len(f.Trace)-1]
+		if f.Path != real || f.Via != "GONCCL_NCCL_LIB" || last.Err != nil || last.Path != link {
+			t.Fatalf("search %d: %s via %q, trace %v; want %s via GONCCL_NCCL_LIB, tried %s", i, f.Path, f.Via, f.Trace, real, link)
+		}
+	}
+	// A loaded file's name with anything after a NUL byte is not that file.
+	if f, err := search(ncclSpec, "", envMap("GONCCL_NCCL_LIB", link+"\x00junk")); err == nil {
+		t.Fatalf("loaded %s from a path holding a NUL byte", f.Path)
+	}
+}
+
 func TestNotELF(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "libnccl.so.2")
 	os.WriteFile(p, []byte("#!/bin/sh\necho this is not a library\n"), 0o755)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/internal/ccall"
-	"golang.org/x/sys/unix"
 )
 
 // Library is a loaded libnccl (NCCL or a fork such as VCCL) and, unless
@@ -29,8 +28,11 @@ type Library struct {
 	closed atomic.Bool
 	comms  atomic.Int64 // live communicators
 
-	groupsMu sync.Mutex
-	groups   map[int]*groupState // OS thread id → the group open on it
+	// AlltoAllv matrices NCCL may still read: pinned while any Group is open
+	// (see Group).
+	groupsOpen atomic.Int32 // goroutines inside Group
+	pinsMu     sync.Mutex
+	pins       []*runtime.Pinner
 }
 
 // Option configures Open.
@@ -87,7 +89,7 @@ func Open(opts ...Option) (*Library, error) {
 	l := &Library{LibraryFile: file, a2avABI: o.a2avABI}
 	// The version first: it decides which symbols are required and the error
 	// for a release too old is clearer than one about a missing symbol.
-	if l.fn[fnGetVersion] = dlsym(file.handle, ncclSymbols[fnGetVersion].name); l.fn[fnGetVersion] == 0 {
+	if l.fn[fnGetVersion] = dlsym(file.handle, ncclSymbols[fnGetVersion].cname); l.fn[fnGetVersion] == 0 {
 		return nil, &MissingSymbolError{Symbol: "ncclGetVersion", Path: file.Path}
 	}
 	var code int32
@@ -98,7 +100,7 @@ func Open(opts ...Option) (*Library, error) {
 	if !l.version.AtLeast(MinVersion) {
 		return nil, &TooOldError{Path: file.Path, Version: l.version, Min: MinVersion}
 	}
-	if err := resolve(file.handle, file.Path, ncclSymbols[:], l.fn[:], func(s symbol) bool { return s.required(MinVersion) }); err != nil {
+	if err := resolve(file.handle, file.Path, ncclSymbols[:], l.fn[:], func(s *symbol) bool { return s.required(MinVersion) }); err != nil {
 		return nil, err
 	}
 	if !o.noCUDA {
@@ -740,13 +742,15 @@ func (c *Comm) AlltoAllv(send DevicePtr, sendCounts, sendDispls []uint64, recv D
 	} else {
 		err = c.stream(fnAlltoAllv, uintptr(send), sc, sd, uintptr(recv), rc, rd, uintptr(relay), uintptr(relayCount), uintptr(dt), 0, uintptr(s))
 	}
-	if g := l.openGroup(); g != nil && err == nil {
-		l.groupsMu.Lock()
-		g.pins = append(g.pins, pin)
-		l.groupsMu.Unlock()
-	} else {
-		pin.Unpin()
+	if l.groupsOpen.Load() == 0 {
+		pin.Unpin() // not in a group: NCCL is done with the matrices
+		return err
 	}
+	// Perhaps inside a group: kept until no group is open (see Group).
+	l.pinsMu.Lock()
+	l.pins = append(l.pins, pin)
+	l.pinsMu.Unlock()
+	l.releasePins()
 	return err
 }
 
@@ -915,18 +919,18 @@ func (b *configBuffer) free() {
 	}
 }
 
-// groupState is what a group open on one OS thread must keep until it ends.
-type groupState struct {
-	depth int
-	pins  []*runtime.Pinner
-}
-
 // Group runs fn between ncclGroupStart and ncclGroupEnd on one locked OS thread:
 // NCCL's group state belongs to the thread, and a goroutine may otherwise move
 // between threads in the middle. Operations issued by fn on this goroutine join
 // the group (not those of goroutines fn starts). Groups nest. ncclGroupEnd runs
 // even when fn fails, so the thread is never left inside a group; the errors of
 // both are returned.
+//
+// Group costs two C calls and two atomic operations around fn. AlltoAllv's
+// matrices, which NCCL reads until the group ends, stay pinned until no
+// goroutine is inside a Group: gonccl does not ask the kernel which thread it
+// runs on, so it cannot tell one goroutine's group from another's and keeps
+// them for the longest.
 func (l *Library) Group(fn func() error) error {
 	if err := l.live("ncclGroupStart"); err != nil {
 		return err
@@ -936,31 +940,12 @@ func (l *Library) Group(fn func() error) error {
 	if err := l.call(fnGroupStart); err != nil {
 		return err
 	}
-	tid := unix.Gettid()
-	l.groupsMu.Lock()
-	g := l.groups[tid]
-	if g == nil {
-		g = groupStates.Get().(*groupState)
-		if l.groups == nil {
-			l.groups = map[int]*groupState{}
-		}
-		l.groups[tid] = g
-	}
-	g.depth++
-	l.groupsMu.Unlock()
+	l.groupsOpen.Add(1)
 	ferr := fn()
 	eerr := l.call(fnGroupEnd)
-	l.groupsMu.Lock()
-	if g.depth--; g.depth == 0 {
-		delete(l.groups, tid)
-		for _, p := range g.pins {
-			p.Unpin()
-		}
-		clear(g.pins)
-		g.pins = g.pins[:0]
-		groupStates.Put(g)
+	if l.groupsOpen.Add(-1) == 0 {
+		l.releasePins()
 	}
-	l.groupsMu.Unlock()
 	if ferr != nil && eerr != nil {
 		return fmt.Errorf("%w (and ncclGroupEnd: %v)", ferr, eerr)
 	}
@@ -973,12 +958,18 @@ func (l *Library) Group(fn func() error) error {
 	return eerr
 }
 
-// openGroup is the group open on the calling goroutine's thread, if any. Only a
-// goroutine inside Group is locked to its thread, so a match is that goroutine.
-func (l *Library) openGroup() *groupState {
-	l.groupsMu.Lock()
-	defer l.groupsMu.Unlock()
-	return l.groups[unix.Gettid()]
+// releasePins unpins the AlltoAllv matrices once no group is open. The count
+// is read under the lock: a pin added after a group started is never in the
+// list this call sees with the count at zero.
+func (l *Library) releasePins() {
+	l.pinsMu.Lock()
+	defer l.pinsMu.Unlock()
+	if len(l.pins) == 0 || l.groupsOpen.Load() != 0 {
+		return
+	}
+	for _, p := range l.pins {
+		p.Unpin()
+	}
+	clear(l.pins)
+	l.pins = l.pins[:0]
 }
-
-var groupStates = sync.Pool{New: func() any { return new(groupState) }}

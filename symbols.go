@@ -22,6 +22,10 @@ type symbol struct {
 	alt    string      // another exported name for the same function, tried second
 	since  abi.Version // the release that added it
 	vendor string      // non-empty for a fork's extension ("VCCL"); never required
+
+	// cname and calt are name and alt as C strings, made once per process (init)
+	// so that resolving a table builds no string.
+	cname, calt *byte
 }
 
 // required reports whether loading fails without the symbol: everything every
@@ -187,16 +191,40 @@ var cudaSymbols = [numCUDASymbols]symbol{
 	cuGetLastError:         {name: "cudaGetLastError"},
 }
 
-// resolve fills fn from table. Rows for which required reports true must resolve;
-// the first missing one is returned as a *MissingSymbolError.
-func resolve(h uintptr, path string, table []symbol, fn []uintptr, required func(symbol) bool) error {
+func init() {
+	for _, t := range [][]symbol{ncclSymbols[:], cudaSymbols[:]} {
+		for i := range t {
+			t[i].cname = cString(t[i].name)
+			if t[i].alt != "" {
+				t[i].calt = cString(t[i].alt)
+			}
+		}
+	}
+}
+
+// cString is s with a NUL byte appended. What it returns is kept by a package
+// variable or used within one call: Go's heap does not move it.
+func cString(s string) *byte {
+	b := make([]byte, len(s)+1)
+	copy(b, s)
+	return &b[0]
+}
+
+// resolve fills fn from table, keeping rows already filled (ncclGetVersion, read
+// first). Rows for which required reports true must resolve; the first missing
+// one is returned as a *MissingSymbolError.
+func resolve(h uintptr, path string, table []symbol, fn []uintptr, required func(*symbol) bool) error {
 	// dlsym's error state is per thread: one lock for the whole table.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	for i, s := range table {
-		p := dlsymLocked(h, s.name)
-		if p == 0 && s.alt != "" {
-			p = dlsymLocked(h, s.alt)
+	for i := range table {
+		s := &table[i]
+		if fn[i] != 0 {
+			continue
+		}
+		p := dlsymLocked(h, s.cname)
+		if p == 0 && s.calt != nil {
+			p = dlsymLocked(h, s.calt)
 		}
 		fn[i] = p
 		if p == 0 && required(s) {

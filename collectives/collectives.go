@@ -146,6 +146,7 @@ func Recv[T Element](c *nccl.Comm, buf Buffer[T], peer int, s nccl.Stream) error
 // AlltoAll sends block j of send to rank j and receives rank j's block into
 // block j of recv; both hold Count()×k elements. It runs ncclAlltoAll where the
 // library has it (NCCL >= 2.28), else grouped Send/Recv with the same result.
+// send and recv must not overlap: no path of NCCL's runs AlltoAll in place.
 func AlltoAll[T Element](c *nccl.Comm, send, recv Buffer[T], s nccl.Stream) (Path, error) {
 	return alltoall(c, send, recv, s, pathFor(c, "ncclAlltoAll"))
 }
@@ -168,13 +169,15 @@ func alltoall[T Element](c *nccl.Comm, send, recv Buffer[T], s nccl.Stream, path
 	if err := check(name, c, "recv", recv, send.n); err != nil {
 		return path, err
 	}
+	if overlap(send, recv) {
+		// Peers would read blocks of send while recv overwrites them: NCCL's
+		// own ncclAlltoAll is concurrent sends and receives too (seen
+		// corrupting an in-place exchange on H200 with NCCL 2.28.3).
+		return path, &nccl.Error{Op: name, Code: abi.InvalidArgument, Msg: "send and recv overlap: AlltoAll cannot run in place (NCCL exchanges the blocks with concurrent sends and receives)"}
+	}
 	k := send.n / n
 	if path == Native {
 		return path, c.AlltoAll(send.ptr, recv.ptr, k, TypeOf[T](), s)
-	}
-	if overlap(send, recv) {
-		// Peers would read blocks of send while recv overwrites them.
-		return path, &nccl.Error{Op: name, Code: abi.InvalidArgument, Msg: "send and recv overlap: in place needs the native ncclAlltoAll (NCCL >= 2.28)"}
 	}
 	return path, c.Library().Group(func() error {
 		for p := range n {

@@ -519,6 +519,7 @@ func TestValidation(t *testing.T) {
 		"AlltoAllv short":           second(c.AlltoAllv(rk.comm, a, b, c.Layout{}, rk.s)),
 		"AlltoAllv in place":        second(c.AlltoAllv(rk.comm, a, a, m, rk.s)),
 		"AlltoAll grouped in place": c.AlltoAllGrouped(rk.comm, a, a, rk.s),
+		"AlltoAll in place":         second(c.AlltoAll(rk.comm, a, a, rk.s)),
 	} {
 		var ne *nccl.Error
 		if !errors.Is(err, nccl.ErrInvalidArgument) || !errors.As(err, &ne) || ne.Msg == "" {

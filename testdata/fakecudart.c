@@ -484,12 +484,39 @@ static void run_copy(void* p) {
     free(c);
 }
 
+static void run_staged_copy(void* p) {
+    copy* c = p;
+    memcpy(c->dst, c + 1, c->n);
+    free(c);
+}
+
+/* pageable says whether p is host memory the runtime did not allocate. */
+static int pageable(const void* p) {
+    pthread_mutex_lock(&g);
+    int r = find_alloc(p) == NULL;
+    pthread_mutex_unlock(&g);
+    return r;
+}
+
 API int cudaMemcpy(void* dst, const void* src, size_t n, int kind) {
     int r = check_copy(dst, src, n, kind);
     if (r) return fail(r);
     pthread_mutex_lock(&g);
     drain(current_device, 0);
     pthread_mutex_unlock(&g);
+    if (n && (kind == H2D || kind == DEFAULT) && fakecuda_ptr_device(dst, n) >= 0 && pageable(src)) {
+        /* As CUDA: a copy from pageable host memory to the device returns
+         * once the bytes are staged; the DMA lands later, on the legacy
+         * stream, and work on a non-blocking stream may run before it. */
+        copy* c = malloc(sizeof *c + n);
+        *c = (copy){dst, NULL, n, 0};
+        memcpy(c + 1, src, n);
+        if ((r = enqueue(NULL, run_staged_copy, NULL, c))) {
+            free(c);
+            return fail(r);
+        }
+        return cudaSuccess;
+    }
     memmove(dst, src, n);
     return cudaSuccess;
 }

@@ -740,6 +740,13 @@ static void compute(task** all, int n, task* me, char* out) {
         break;
     case kAlltoAll:
         for (int p = 0; p < n; p++) memcpy(out + p * cnt * sz, (const char*)all[p]->send + r * cnt * sz, cnt * sz);
+        /* NCCL's ncclAlltoAll is concurrent sends and receives: in place,
+         * peers' blocks are overwritten while they are read (seen on H200
+         * with 2.28.3). The fake makes that visible: the peers' blocks of an
+         * in-place exchange come back as garbage. */
+        if ((const char*)me->send < (const char*)me->recv + n * cnt * sz && (const char*)me->recv < (const char*)me->send + n * cnt * sz)
+            for (int p = 0; p < n; p++)
+                if (p != r) memset(out + p * cnt * sz, 0xA5, cnt * sz);
         break;
     case kScatter:
         memcpy(out, (const char*)all[me->root]->send + r * cnt * sz, cnt * sz);
