@@ -75,14 +75,8 @@ for op in $OPS; do
   # shellcheck disable=SC2086
   timeout 180 "${MPIRUN[@]}" -x NCCL_COMM_ID=127.0.0.1:$port $B -op "$op" $ARGS -g 1 >"$OUT/mp-nccl-bench-$op.txt" 2>&1
 done
-printf "%-15s %12s %11s %11s %7s %12s %12s %9s\n" op size "tests busbw" "bench busbw" ratio "tests us" "bench us" "diff us" | tee "$OUT/mp-ratios.txt"
-for op in $OPS; do
-  [ -s "$OUT/mp-nccl-tests-$op.txt" ] || continue
-  join <(awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8}' "$OUT/mp-nccl-tests-$op.txt" | sort -k1,1) \
-       <(awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8}' "$OUT/mp-nccl-bench-$op.txt" | sort -k1,1) |
-    sort -n | awk -v op="$op" '{ r = ($3 > 0) ? $5 / $3 : 0;
-      printf "%-15s %12d %11.2f %11.2f %7.3f %12.2f %12.2f %9.2f\n", op, $1, $3, $5, r, $2, $4, $4 - $2 }'
-done | tee -a "$OUT/mp-ratios.txt"
+# shellcheck disable=SC2086
+scripts/ratio-table.sh "$OUT/mp-nccl-tests-%s.txt" "$OUT/mp-nccl-bench-%s.txt" $OPS | tee "$OUT/mp-ratios.txt"
 avg() { awk -F: '/Avg bus bandwidth/ {gsub(/ /, "", $2); print $2}' "$1" 2>/dev/null; }
 for op in $OPS; do
   printf "  %-15s avg busbw: nccl-tests %s, nccl-bench %s\n" "$op" "$(avg "$OUT/mp-nccl-tests-$op.txt")" "$(avg "$OUT/mp-nccl-bench-$op.txt")"

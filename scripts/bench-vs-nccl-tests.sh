@@ -38,14 +38,8 @@ if [ -n "${VCCL_LIB:-}" ]; then
   # shellcheck disable=SC2086
   GONCCL_NCCL_LIB=$VCCL_LIB timeout 120 .gpu/bin/nccl-bench -op alltoallv -grouped $ARGS >"$OUT/vccl-grouped-alltoallv.txt" 2>&1
 fi
-# Data rows: size count type redop root time algbw busbw #wrong time algbw busbw #wrong.
-printf "%-15s %12s %11s %11s %7s %12s %12s %9s\n" op size "tests busbw" "bench busbw" ratio "tests us" "bench us" "diff us" | tee "$OUT/ratios.txt"
-for op in $OPS; do
-  join <(awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8}' "$OUT/nccl-tests-$op.txt" | sort -k1,1) \
-       <(awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8}' "$OUT/nccl-bench-$op.txt" | sort -k1,1) |
-    sort -n | awk -v op="$op" '{ r = ($3 > 0) ? $5 / $3 : 0;
-      printf "%-15s %12d %11.2f %11.2f %7.3f %12.2f %12.2f %9.2f\n", op, $1, $3, $5, r, $2, $4, $4 - $2 }'
-done | tee -a "$OUT/ratios.txt"
+# shellcheck disable=SC2086
+scripts/ratio-table.sh "$OUT/nccl-tests-%s.txt" "$OUT/nccl-bench-%s.txt" $OPS | tee "$OUT/ratios.txt"
 # median (min–max) of the out-of-place 8-byte times in a file
 lat() { awk '$1 == 8 {print $6}' "$1" | sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%.2f (%.2f-%.2f, %d runs)", v[int((NR + 1) / 2)], v[1], v[NR], NR }'; }
 for op in all_reduce sendrecv broadcast; do

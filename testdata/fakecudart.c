@@ -484,8 +484,17 @@ static void run_copy(void* p) {
     free(c);
 }
 
+static long dma_delay_us; /* extra time a staged copy takes to land */
+
+/* fakecuda_set_dma_delay_us makes every staged host-to-device copy land us
+ * microseconds late on top of the stream's delay, so that a test can rely on
+ * work issued right after the copy (even under an emulator) running first. */
+API void fakecuda_set_dma_delay_us(long us) { __atomic_store_n(&dma_delay_us, us, __ATOMIC_RELAXED); }
+
 static void run_staged_copy(void* p) {
     copy* c = p;
+    long us = __atomic_load_n(&dma_delay_us, __ATOMIC_RELAXED);
+    if (us > 0) usleep((useconds_t)us);
     memcpy(c->dst, c + 1, c->n);
     free(c);
 }
