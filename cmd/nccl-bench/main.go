@@ -24,6 +24,9 @@
 // that a small operation does not run from a warm cache); the times of the
 // processes are averaged (nccl-tests' default -a 1). -c checks one extra run
 // against a CPU reference on every rank; wrong elements are summed over ranks.
+// -I 1 also records a CUDA event on every stream around each iteration, as
+// nccl-tests' -I does, and prints the iterations' min, max, p99 and cv% (each
+// iteration the slowest GPU of the job); -json carries every iteration.
 package main
 
 import (
@@ -34,6 +37,7 @@ import (
 	"log"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,17 +106,21 @@ var types = map[string]abi.DataType{"int8": abi.Int8, "uint8": abi.Uint8, "int32
 var redops = map[string]abi.RedOp{"sum": abi.Sum, "prod": abi.Prod, "max": abi.Max, "min": abi.Min, "avg": abi.Avg}
 
 type row struct {
-	Size, Count int
-	Type, Op    string
-	Root        int
-	OutTimeUs   float64 `json:"out_of_place_time_us"`
-	OutAlgBW    float64 `json:"out_of_place_algbw"`
-	OutBusBW    float64 `json:"out_of_place_busbw"`
-	OutWrong    int     `json:"out_of_place_wrong"`
-	InTimeUs    float64 `json:"in_place_time_us"`
-	InAlgBW     float64 `json:"in_place_algbw"`
-	InBusBW     float64 `json:"in_place_busbw"`
-	InWrong     int     `json:"in_place_wrong"`
+	Size      int        `json:"size"`
+	Count     int        `json:"count"`
+	Type      string     `json:"type"`
+	Op        string     `json:"redop"`
+	Root      int        `json:"root"`
+	OutTimeUs float64    `json:"out_of_place_time_us"`
+	OutAlgBW  float64    `json:"out_of_place_algbw"`
+	OutBusBW  float64    `json:"out_of_place_busbw"`
+	OutWrong  int        `json:"out_of_place_wrong"`
+	OutIter   *iterStats `json:"out_of_place_per_iter,omitempty"`
+	InTimeUs  float64    `json:"in_place_time_us"`
+	InAlgBW   float64    `json:"in_place_algbw"`
+	InBusBW   float64    `json:"in_place_busbw"`
+	InWrong   int        `json:"in_place_wrong"`
+	InIter    *iterStats `json:"in_place_per_iter,omitempty"`
 }
 
 func main() {
@@ -127,6 +135,7 @@ func main() {
 	dtName := flag.String("d", "float", "data type")
 	redName := flag.String("o", "sum", "reduction op")
 	root := flag.Int("r", 0, "root rank")
+	perIter := flag.Int("I", 0, "per-iteration CUDA event timing (0 or 1): min, max, p99 and cv% of the iterations after each block")
 	ngpu := flag.Int("g", 1, "GPUs driven by each process")
 	grouped := flag.Bool("grouped", false, "alltoall, gather, scatter through grouped send/recv instead of the native call")
 	asJSON := flag.Bool("json", false, "print JSON instead of the table")
@@ -187,15 +196,20 @@ func main() {
 		log.Fatalf("bad -r %d: %d ranks", *root, n)
 	}
 	b := newBench(lib, comms, dt, red, *root, spec, *opName, *grouped, hi)
+	b.perIter = *perIter == 1
 	show := job.Rank == 0 && !*asJSON
 	if show {
 		fmt.Printf("# nccl-bench (gonccl) %s, NCCL %s from %s\n", *opName, lib.Version(), lib.Path)
 		fmt.Printf("# nranks %d: %d process(es) × %d GPU(s), launcher %s; iters %d, warmup %d, check %d\n",
 			n, job.Size, *ngpu, job.Launcher, *iters, *warm, *check)
-		fmt.Printf("#\n#%12s %12s %8s %6s %6s   %9s %8s %8s %6s   %9s %8s %8s %6s\n", "size", "count", "type", "redop", "root",
-			"time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
-		fmt.Printf("#%12s %12s %8s %6s %6s   %9s %8s %8s %6s   %9s %8s %8s %6s\n", "(B)", "(elements)", "", "", "",
-			"(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+		it, itu := "", ""
+		if b.perIter {
+			it, itu = fmt.Sprintf("  %7s  %7s  %7s  %7s", "min", "max", "p99", "cv"), fmt.Sprintf("  %7s  %7s  %7s  %7s", "(us)", "(us)", "(us)", "(%)")
+		}
+		fmt.Printf("#\n#%12s %12s %8s %6s %6s   %9s %8s %8s %6s%s   %9s %8s %8s %6s%s\n", "size", "count", "type", "redop", "root",
+			"time", "algbw", "busbw", "#wrong", it, "time", "algbw", "busbw", "#wrong", it)
+		fmt.Printf("#%12s %12s %8s %6s %6s   %9s %8s %8s %6s%s   %9s %8s %8s %6s%s\n", "(B)", "(elements)", "", "", "",
+			"(us)", "(GB/s)", "(GB/s)", "", itu, "(us)", "(GB/s)", "(GB/s)", "", itu)
 	}
 	var rows []row
 	var busSum float64
@@ -210,20 +224,21 @@ func main() {
 				r.Root = -1
 			}
 			for _, inPlace := range []bool{false, true} {
-				t, wrong := b.run(count, inPlace, *iters, *check == 1)
-				alg := float64(r.Size) / t / 1e3 // bytes / µs → GB/s
+				res := b.run(count, inPlace, *iters, *check == 1)
+				alg := float64(r.Size) / res.us / 1e3 // bytes / µs → GB/s
 				bus := alg * spec.busFactor(float64(n))
 				if inPlace {
-					r.InTimeUs, r.InAlgBW, r.InBusBW, r.InWrong = t, alg, bus, wrong
+					r.InTimeUs, r.InAlgBW, r.InBusBW, r.InWrong, r.InIter = res.us, alg, bus, res.wrong, res.iter
 				} else {
-					r.OutTimeUs, r.OutAlgBW, r.OutBusBW, r.OutWrong = t, alg, bus, wrong
+					r.OutTimeUs, r.OutAlgBW, r.OutBusBW, r.OutWrong, r.OutIter = res.us, alg, bus, res.wrong, res.iter
 				}
 			}
 			busSum += (r.OutBusBW + r.InBusBW) / 2
 			rows = append(rows, r)
 			if show {
-				fmt.Printf(" %12d %12d %8s %6s %6d   %9.2f %8.2f %8.2f %6s   %9.2f %8.2f %8.2f %6s\n", r.Size, r.Count, r.Type, r.Op, r.Root,
-					r.OutTimeUs, r.OutAlgBW, r.OutBusBW, wrongText(r.OutWrong), r.InTimeUs, r.InAlgBW, r.InBusBW, wrongText(r.InWrong))
+				fmt.Printf(" %12d %12d %8s %6s %6d   %9.2f %8.2f %8.2f %6s%s   %9.2f %8.2f %8.2f %6s%s\n", r.Size, r.Count, r.Type, r.Op, r.Root,
+					r.OutTimeUs, r.OutAlgBW, r.OutBusBW, wrongText(r.OutWrong), iterText(r.OutIter),
+					r.InTimeUs, r.InAlgBW, r.InBusBW, wrongText(r.InWrong), iterText(r.InIter))
 			}
 		}
 		if inc > 0 {
@@ -298,6 +313,14 @@ func initComms(lib *nccl.Library, job launch.Job, g int, idFile string) ([]*nccl
 	return comms, nil
 }
 
+// iterText is -I's columns: min, max, p99 and cv% of the iterations.
+func iterText(st *iterStats) string {
+	if st == nil {
+		return ""
+	}
+	return fmt.Sprintf("  %7.2f  %7.2f  %7.2f  %7.2f", st.MinUs, st.MaxUs, st.P99Us, st.CVPct)
+}
+
 func wrongText(w int) string {
 	if w < 0 {
 		return "N/A"
@@ -322,7 +345,9 @@ type bench struct {
 	streams []nccl.Stream
 	send    []collectives.Buffer[uint8]
 	recv    []collectives.Buffer[uint8]
-	scratch []collectives.Buffer[float64] // for sums over the job's ranks
+	scratch []collectives.Buffer[float64] // for reductions over the job (jobReduce)
+	perIter bool                          // -I: CUDA events around every iteration
+	events  [][]nccl.Event                // per local GPU, iters+1 (with perIter)
 	dt      abi.DataType
 	red     abi.RedOp
 	root    int
@@ -595,11 +620,55 @@ func (b *bench) shift(count, it int) int {
 	return bytes * (it % max(b.cap/max(bytes, 1), 1))
 }
 
-// run times iters iterations and returns µs per iteration, averaged over the
-// job's processes, and the number of wrong elements of a checked run, summed
-// over its ranks. Before the timing, one run (the checked one with check)
-// and a barrier, as nccl-tests.
-func (b *bench) run(count int, inPlace bool, iters int, check bool) (float64, int) {
+// result is one timed run: µs per iteration averaged over the job's
+// processes, the wrong elements of the checked run summed over its ranks (-1:
+// not checked) and, with -I, the per-iteration statistics.
+type result struct {
+	us    float64
+	wrong int
+	iter  *iterStats
+}
+
+// iterStats summarise per-iteration times taken with CUDA events (nccl-tests'
+// -I): each iteration's time is the slowest GPU's, over the whole job.
+type iterStats struct {
+	MinUs   float64   `json:"min_us"`
+	MaxUs   float64   `json:"max_us"`
+	AvgUs   float64   `json:"avg_us"`
+	P50Us   float64   `json:"p50_us"`
+	P95Us   float64   `json:"p95_us"`
+	P99Us   float64   `json:"p99_us"`
+	StdevUs float64   `json:"stdev_us"`
+	CVPct   float64   `json:"cv_pct"`
+	TimesUs []float64 `json:"times_us"`
+}
+
+// stats computes iterStats as nccl-tests' computeIterStats (src/util.cu).
+func stats(times []float64) *iterStats {
+	sorted := slices.Clone(times)
+	slices.Sort(sorted)
+	n := len(sorted)
+	pct := func(p int) float64 { return sorted[min(n-1, (n*p+99)/100-1)] }
+	st := &iterStats{MinUs: sorted[0], MaxUs: sorted[n-1], P50Us: sorted[n/2], P95Us: pct(95), P99Us: pct(99), TimesUs: times}
+	for _, t := range sorted {
+		st.AvgUs += t
+	}
+	st.AvgUs /= float64(n)
+	for _, t := range sorted {
+		st.StdevUs += (t - st.AvgUs) * (t - st.AvgUs)
+	}
+	st.StdevUs = math.Sqrt(st.StdevUs / float64(n))
+	if st.AvgUs > 0 {
+		st.CVPct = st.StdevUs / st.AvgUs * 100
+	}
+	return st
+}
+
+// run times iters iterations. Before the timing, one run (the checked one
+// with check) and a barrier, as nccl-tests. With perIter, a CUDA event is
+// recorded on every stream before each iteration and after the last, as
+// nccl-tests' -I 1 does.
+func (b *bench) run(count int, inPlace bool, iters int, check bool) result {
 	bytes := count * b.dt.Size()
 	if b.spec.timesN {
 		bytes *= b.n
@@ -614,16 +683,72 @@ func (b *bench) run(count int, inPlace bool, iters int, check bool) (float64, in
 		must(b.launch(count, inPlace, 0))
 		b.sync()
 	}
+	if b.perIter {
+		b.makeEvents(iters)
+	}
 	b.barrier()
 	// As nccl-tests times: the host clock around the launches and the final
 	// synchronisation of every stream, so launch costs count.
 	t0 := time.Now()
 	for it := range iters {
+		if b.perIter {
+			b.record(it)
+		}
 		must(b.launch(count, inPlace, b.shift(count, it)))
+	}
+	if b.perIter {
+		b.record(iters)
 	}
 	b.sync()
 	us := float64(time.Since(t0).Nanoseconds()) / 1e3 / float64(iters)
-	return b.sum(us, us) / float64(b.n), wrong
+	r := result{us: b.jobReduce([]float64{us}, abi.Sum)[0] / float64(b.n/len(b.comms)), wrong: wrong}
+	if b.perIter {
+		r.iter = stats(b.jobReduce(b.iterTimes(iters), abi.Max))
+	}
+	return r
+}
+
+// makeEvents gives every local stream iters+1 timing events.
+func (b *bench) makeEvents(iters int) {
+	cu := b.lib.CUDA()
+	if len(b.events) == len(b.comms) && len(b.events[0]) == iters+1 {
+		return
+	}
+	for _, evs := range b.events {
+		for _, e := range evs {
+			cu.EventDestroy(e)
+		}
+	}
+	b.events = make([][]nccl.Event, len(b.comms))
+	for i, c := range b.comms {
+		for range iters + 1 {
+			e, err := cu.EventCreate(c.Device(), abi.EventDefault)
+			must(err)
+			b.events[i] = append(b.events[i], e)
+		}
+	}
+}
+
+// record records event k on every local stream.
+func (b *bench) record(k int) {
+	cu := b.lib.CUDA()
+	for i, s := range b.streams {
+		must(cu.EventRecord(b.events[i][k], s))
+	}
+}
+
+// iterTimes are the µs of each iteration on the slowest local GPU.
+func (b *bench) iterTimes(iters int) []float64 {
+	cu := b.lib.CUDA()
+	t := make([]float64, iters)
+	for i := range b.comms {
+		for it := range iters {
+			d, err := cu.EventElapsed(b.events[i][it], b.events[i][it+1])
+			must(err)
+			t[it] = max(t[it], float64(d.Nanoseconds())/1e3)
+		}
+	}
+	return t
 }
 
 // sync waits for every local stream by polling, as nccl-tests'
@@ -650,36 +775,47 @@ func (b *bench) local() bool { return len(b.comms) == b.n }
 // job); one process alone has nothing to wait for.
 func (b *bench) barrier() {
 	if !b.local() {
-		b.sum(0, 0)
+		b.jobReduce([]float64{0}, abi.Sum)
 	}
 }
 
-// sum adds the values of the job's ranks: first is local rank 0's, other the
-// rest's (nccl-tests' Allreduce over MPI, here an NCCL all-reduce of float64).
-func (b *bench) sum(first, other float64) float64 {
+// jobReduce combines v over the job's processes with op (abi.Sum or
+// abi.Max): nccl-tests' Allreduce over MPI, here an NCCL all-reduce of
+// float64. The process's first rank brings v; its other ranks bring zeros for
+// a sum and v again for a maximum, so each process counts once.
+func (b *bench) jobReduce(v []float64, op abi.RedOp) []float64 {
 	if b.local() {
-		return first + other*float64(len(b.comms)-1)
+		return v
 	}
 	cu := b.lib.CUDA()
-	for i := range b.comms {
-		v := other
-		if i == 0 {
-			v = first
+	if b.scratch[0].Len() < len(v) {
+		for i, c := range b.comms {
+			must(b.scratch[i].Free(cu))
+			sc, err := collectives.Alloc[float64](cu, c.Device(), len(v))
+			must(err)
+			b.scratch[i] = sc
 		}
-		must(b.scratch[i].CopyIn(cu, []float64{v}))
+	}
+	zeros := make([]float64, len(v))
+	for i := range b.comms {
+		in := v
+		if i > 0 && op == abi.Sum {
+			in = zeros
+		}
+		must(b.scratch[i].CopyIn(cu, in))
 	}
 	must(b.lib.Group(func() error {
 		for i, c := range b.comms {
-			if err := c.AllReduce(b.scratch[i].Ptr(), b.scratch[i].Ptr(), 1, abi.Float64, abi.Sum, b.streams[i]); err != nil {
+			if err := c.AllReduce(b.scratch[i].Ptr(), b.scratch[i].Ptr(), len(v), abi.Float64, op, b.streams[i]); err != nil {
 				return err
 			}
 		}
 		return nil
 	}))
 	b.sync()
-	out := make([]float64, 2)
+	out := make([]float64, len(v))
 	must(b.scratch[0].CopyOut(cu, out))
-	return out[0]
+	return out
 }
 
 // check runs the operation once on known bytes and counts the elements that
@@ -722,7 +858,7 @@ func (b *bench) check(count int, inPlace bool) int {
 			}
 		}
 	}
-	return int(b.sum(float64(wrong), 0))
+	return int(b.jobReduce([]float64{float64(wrong)}, abi.Sum)[0])
 }
 
 // inputs are the check's data: n ranks' bytes, total each.

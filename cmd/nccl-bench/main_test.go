@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 
@@ -69,6 +71,7 @@ func runJob(t *testing.T, lib *nccl.Library, comms []*nccl.Comm, job [][]int, na
 		go func(c []*nccl.Comm) {
 			defer made.Done()
 			benches[p] = newBench(lib, c, abi.Uint8, abi.Sum, n-1, spec, name, grouped, n*count*3)
+			benches[p].perIter = !grouped // -I on half the runs
 		}(comms[first : first+len(devs)])
 		first += len(devs)
 	}
@@ -76,13 +79,15 @@ func runJob(t *testing.T, lib *nccl.Library, comms []*nccl.Comm, job [][]int, na
 	for _, inPlace := range []bool{false, true} {
 		wrong := make([]int, len(job))
 		times := make([]float64, len(job))
+		iters := make([]*iterStats, len(job))
 		var wg sync.WaitGroup
 		for p, b := range benches {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				b.warmUp(count, count, 1)
-				times[p], wrong[p] = b.run(b.count(count), inPlace, 4, true)
+				r := b.run(b.count(count), inPlace, 4, true)
+				times[p], wrong[p], iters[p] = r.us, r.wrong, r.iter
 			}()
 		}
 		wg.Wait()
@@ -90,6 +95,18 @@ func runJob(t *testing.T, lib *nccl.Library, comms []*nccl.Comm, job [][]int, na
 			if wrong[p] != wrong[0] || times[p] != times[0] {
 				t.Errorf("in-place=%v: process %d got %v wrong and %v µs, process 0 %v and %v: not the job's sums",
 					inPlace, p, wrong[p], times[p], wrong[0], times[0])
+			}
+		}
+		for p, st := range iters {
+			switch {
+			case grouped && st != nil:
+				t.Errorf("per-iteration times without -I")
+			case !grouped && (st == nil || len(st.TimesUs) != 4):
+				t.Errorf("process %d: per-iteration times %+v, want 4", p, st)
+			case !grouped && !slices.Equal(st.TimesUs, iters[0].TimesUs):
+				t.Errorf("process %d: per-iteration times %v, process 0 %v: not the job's maxima", p, st.TimesUs, iters[0].TimesUs)
+			case !grouped && (st.MinUs <= 0 || st.MaxUs < st.MinUs):
+				t.Errorf("process %d: per-iteration times %+v", p, st)
 			}
 		}
 		if wrong[0] > 0 {
@@ -168,5 +185,24 @@ func TestPeerBytesMatchesNCCLTests(t *testing.T) {
 	}
 	if sum > 6000 || sum < 6000-4*16 {
 		t.Errorf("sum %d of 6000", sum)
+	}
+}
+
+// TestIterStats checks -I's summary against values worked out by hand, with
+// nccl-tests' percentile rule (index ceil(n·p/100)-1).
+func TestIterStats(t *testing.T) {
+	times := []float64{5, 1, 4, 2, 3, 10, 6, 7, 9, 8}
+	st := stats(times)
+	want := iterStats{MinUs: 1, MaxUs: 10, AvgUs: 5.5, P50Us: 6, P95Us: 10, P99Us: 10, StdevUs: math.Sqrt(8.25)}
+	want.CVPct = want.StdevUs / 5.5 * 100
+	if st.MinUs != want.MinUs || st.MaxUs != want.MaxUs || st.AvgUs != want.AvgUs || st.P50Us != want.P50Us ||
+		st.P95Us != want.P95Us || st.P99Us != want.P99Us || math.Abs(st.StdevUs-want.StdevUs) > 1e-12 || math.Abs(st.CVPct-want.CVPct) > 1e-9 {
+		t.Errorf("stats = %+v, want %+v", st, want)
+	}
+	if !slices.Equal(times, []float64{5, 1, 4, 2, 3, 10, 6, 7, 9, 8}) {
+		t.Error("stats reordered the iterations")
+	}
+	if st := stats(make([]float64, 100)); st.P95Us != 0 || st.CVPct != 0 {
+		t.Errorf("all zero: %+v", st)
 	}
 }
