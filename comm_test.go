@@ -2,7 +2,7 @@ package nccl_test
 
 import (
 	"bytes"
-	"encoding/binary"
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -18,10 +18,10 @@ import (
 	"github.com/gonccl/nccl/internal/ccall"
 )
 
-// fakeFn resolves a test accessor of the fake NCCL (fakenccl_config_int, ...).
-func fakeFn(t *testing.T, l *nccl.Library, name string) uintptr {
+// symbolIn resolves a C function of an already-loaded library file.
+func symbolIn(t testing.TB, path, name string) uintptr {
 	t.Helper()
-	h, err := purego.Dlopen(l.Path, purego.RTLD_NOW)
+	h, err := purego.Dlopen(path, purego.RTLD_NOW)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,21 @@ func fakeFn(t *testing.T, l *nccl.Library, name string) uintptr {
 	return p
 }
 
-func configInt(t *testing.T, l *nccl.Library, c *nccl.Comm, field string) int32 {
+// fakeFn resolves a test accessor of the fake NCCL (fakenccl_config_int, ...),
+// or any NCCL function gonccl does not expose.
+func fakeFn(t testing.TB, l *nccl.Library, name string) uintptr {
+	t.Helper()
+	return symbolIn(t, l.Path, name)
+}
+
+// cudaFn resolves a function of the fake CUDA runtime (cudaSetDevice,
+// fakecuda_set_dma_delay_us, ...), for what the API no longer exposes.
+func cudaFn(t testing.TB, cu *nccl.CUDA, name string) uintptr {
+	t.Helper()
+	return symbolIn(t, cu.Path, name)
+}
+
+func configInt(t testing.TB, l *nccl.Library, c *nccl.Comm, field string) int32 {
 	t.Helper()
 	var v int32
 	f := append([]byte(field), 0)
@@ -42,40 +56,168 @@ func configInt(t *testing.T, l *nccl.Library, c *nccl.Comm, field string) int32 
 	return v
 }
 
+// liveComms is the number of communicators the fake NCCL holds, not destroyed
+// or aborted, in the whole process.
+func liveComms(t testing.TB, l *nccl.Library) int {
+	t.Helper()
+	return int(int32(ccall.Call(fakeFn(t, l, "fakenccl_live_comms"))))
+}
+
+// commMode is how a test makes its communicators: blocking ones from
+// context.Background, non-blocking ones from a context that can end.
+type commMode struct {
+	name        string
+	nonBlocking bool
+}
+
+var commModes = []commMode{{"blocking", false}, {"nonblocking", true}}
+
+// ctx is a context that makes communicators of the mode.
+func (m commMode) ctx(t testing.TB) context.Context {
+	if !m.nonBlocking {
+		return context.Background()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// check verifies c is of the mode, in gonccl and in the config NCCL got.
+func (m commMode) check(t testing.TB, l *nccl.Library, c *nccl.Comm) {
+	t.Helper()
+	want := int32(1)
+	if m.nonBlocking {
+		want = 0
+	}
+	if c.Blocking() == m.nonBlocking {
+		t.Errorf("%s: Blocking() = %v", m.name, c.Blocking())
+	}
+	if got := configInt(t, l, c, "blocking"); got != want {
+		t.Errorf("%s: config blocking reached NCCL as %d, want %d", m.name, got, want)
+	}
+}
+
+// member is one rank made by startRanks.
+type member struct {
+	comm *nccl.Comm
+	s    nccl.Stream
+	dev  int
+}
+
+// startRanks makes an n-rank communicator of mode m, one goroutine per rank on
+// device r%8, each with a non-blocking stream; cleanup closes them.
+func startRanks(t testing.TB, l *nccl.Library, n int, m commMode) []member {
+	t.Helper()
+	id, err := l.GetUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := m.ctx(t)
+	ranks := make([]member, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dev := r % 8
+			c, err := l.InitRank(ctx, dev, id, n, r, nil)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			s, err := l.CUDA().NewStream(dev, nccl.StreamNonBlocking)
+			ranks[r] = member{comm: c, s: s, dev: dev}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, rk := range ranks {
+			if rk.comm != nil {
+				rk.comm.Close(context.Background())
+			}
+			if rk.s != (nccl.Stream{}) {
+				rk.s.Destroy()
+			}
+		}
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		c := ranks[r].comm
+		if c.Rank() != r || c.Size() != n || c.Device() != r%8 {
+			t.Fatalf("rank %d: comm says rank %d of %d on device %d", r, c.Rank(), c.Size(), c.Device())
+		}
+		m.check(t, l, c)
+	}
+	return ranks
+}
+
 func TestInitRankConfigReachesNCCL(t *testing.T) {
 	i := func(v int32) *int32 { return &v }
+	yes, no := true, false
 	for _, variant := range []string{"default", "old"} {
 		l := open(t, variant)
-		id, _ := l.GetUniqueID()
-		yes := true
-		cfg := &nccl.Config{Blocking: &yes}
-		if variant == "default" {
-			cfg.CGAClusterSize, cfg.MaxCTAs, cfg.SplitShare, cfg.CommName, cfg.NvlsCTAs = i(2), i(16), i(1), "trainer", i(4)
-		}
-		c, err := l.InitRankConfig(1, id, 1, 0, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := map[string]int32{"blocking": 1, "minCTAs": abi.Undefined}
-		if variant == "default" {
-			want["cgaClusterSize"], want["maxCTAs"], want["splitShare"], want["nvlsCTAs"] = 2, 16, 1, 4
-			name := ccall.GoString(ccall.Call(fakeFn(t, l, "fakenccl_comm_name"), c.Handle()))
-			if name != "trainer" {
-				t.Errorf("commName reached NCCL as %q", name)
+		// Blocking as set, or decided by the context when unset.
+		for _, mode := range []struct {
+			name     string
+			blocking *bool
+			deadline bool
+			want     int32
+		}{
+			{"Blocking=true", &yes, false, 1},
+			{"Blocking=false", &no, false, 0},
+			{"Blocking=true with a deadline", &yes, true, 1},
+			{"unset, context.Background", nil, false, 1},
+			{"unset, a deadline", nil, true, 0},
+		} {
+			ctx := context.Background()
+			if mode.deadline {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+			}
+			id, _ := l.GetUniqueID()
+			cfg := &nccl.Config{Blocking: mode.blocking}
+			if variant == "default" {
+				cfg.CGAClusterSize, cfg.MaxCTAs, cfg.SplitShare, cfg.CommName, cfg.NvlsCTAs = i(2), i(16), i(1), "trainer", i(4)
+			}
+			c, err := l.InitRank(ctx, 1, id, 1, 0, cfg)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", variant, mode.name, err)
+			}
+			want := map[string]int32{"blocking": mode.want, "minCTAs": abi.Undefined}
+			if variant == "default" {
+				want["cgaClusterSize"], want["maxCTAs"], want["splitShare"], want["nvlsCTAs"] = 2, 16, 1, 4
+				name := ccall.GoString(ccall.Call(fakeFn(t, l, "fakenccl_comm_name"), c.Handle()))
+				if name != "trainer" {
+					t.Errorf("%s: commName reached NCCL as %q", mode.name, name)
+				}
+			}
+			for f, w := range want {
+				if got := configInt(t, l, c, f); got != w {
+					t.Errorf("%s, %s: config %s = %d, want %d", variant, mode.name, f, got, w)
+				}
+			}
+			if c.Blocking() != (mode.want == 1) {
+				t.Errorf("%s, %s: Blocking() = %v", variant, mode.name, c.Blocking())
+			}
+			if c.Device() != 1 {
+				t.Errorf("device %d", c.Device())
+			}
+			if err := c.Close(ctx); err != nil {
+				t.Errorf("%s, %s: Close: %v", variant, mode.name, err)
+			}
+			if cfg.Blocking != mode.blocking {
+				t.Errorf("%s: InitRank changed the caller's Config", mode.name)
 			}
 		}
-		for f, w := range want {
-			if got := configInt(t, l, c, f); got != w {
-				t.Errorf("%s: config %s = %d, want %d", variant, f, got, w)
-			}
-		}
-		if c.Device() != 1 {
-			t.Errorf("device %d", c.Device())
-		}
-		c.Destroy()
 		// A field 2.14 lacks is refused before NCCL sees it.
 		if variant == "old" {
-			_, err := l.InitRankConfig(0, id, 1, 0, &nccl.Config{CommName: "x"})
+			id, _ := l.GetUniqueID()
+			_, err := l.InitRank(context.Background(), 0, id, 1, 0, &nccl.Config{CommName: "x"})
 			if !errors.Is(err, nccl.ErrInvalidArgument) || !strings.Contains(err.Error(), "requires NCCL >= 2.27") {
 				t.Errorf("commName on 2.14: %v", err)
 			}
@@ -83,173 +225,352 @@ func TestInitRankConfigReachesNCCL(t *testing.T) {
 	}
 }
 
-// TestInitRestoresDevice: creating a communicator on device 3 must leave the
-// calling thread's device as it was.
+// TestInitRestoresDevice: creating a communicator on device 3, and the other
+// calls that take a device, must leave the calling thread's device as it was.
+// The API no longer reads or sets the thread's device: the test calls the
+// runtime's cudaGetDevice and cudaSetDevice itself, on a locked thread.
 func TestInitRestoresDevice(t *testing.T) {
 	l := open(t, "default")
 	cu := l.CUDA()
-	err := cu.OnDevice(5, func() error {
-		id, _ := l.GetUniqueID()
-		c, err := l.InitRank(3, id, 1, 0)
-		if err != nil {
-			return err
+	setDev, getDev := cudaFn(t, cu, "cudaSetDevice"), cudaFn(t, cu, "cudaGetDevice")
+	cuDevice := fakeFn(t, l, "ncclCommCuDevice")
+	current := func(t *testing.T) int {
+		t.Helper()
+		var d int32
+		if r := ccall.CallPtr(getDev, uintptr(unsafe.Pointer(&d))); r != 0 {
+			t.Fatalf("cudaGetDevice = %d", r)
 		}
-		defer c.Destroy()
-		if d, _ := cu.Device(); d != 5 {
-			t.Errorf("device after InitRank on 3: %d, want 5", d)
-		}
-		if c.Device() != 3 {
-			t.Errorf("comm on device %d", c.Device())
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		return int(d)
+	}
+	for _, m := range commModes {
+		t.Run(m.name, func(t *testing.T) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			prev := current(t)
+			defer ccall.Call(setDev, uintptr(prev))
+			if r := ccall.Call(setDev, 5); r != 0 {
+				t.Fatalf("cudaSetDevice(5) = %d", r)
+			}
+			still := func(after string) {
+				t.Helper()
+				if d := current(t); d != 5 {
+					t.Errorf("device after %s on 3: %d, want 5", after, d)
+				}
+			}
+			ctx := m.ctx(t)
+			id, _ := l.GetUniqueID()
+			c, err := l.InitRank(ctx, 3, id, 1, 0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			still("InitRank")
+			m.check(t, l, c)
+			var d int32
+			if r := ccall.CallPtr(cuDevice, c.Handle(), uintptr(unsafe.Pointer(&d))); r != 0 || d != 3 || c.Device() != 3 {
+				t.Errorf("comm on device %d, NCCL says %d (%d)", c.Device(), d, r)
+			}
+			buf, err := cu.Alloc(3, nccl.Float32, 16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			still("Alloc")
+			mem, err := l.MemAlloc(3, nccl.Float32, 16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			still("MemAlloc")
+			s, err := cu.NewStream(3, nccl.StreamNonBlocking)
+			if err != nil {
+				t.Fatal(err)
+			}
+			still("NewStream")
+			if err := nccl.CopyIn(buf, make([]float32, 16)); err != nil {
+				t.Fatal(err)
+			}
+			still("CopyIn")
+			if err := c.AllReduce(buf, mem, nccl.Sum, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Wait(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			sub, err := c.Split(ctx, 0, 0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			still("Split")
+			if sub.Device() != 3 || sub.Blocking() != c.Blocking() {
+				t.Errorf("split comm on device %d, blocking %v", sub.Device(), sub.Blocking())
+			}
+			if err := sub.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := errors.Join(s.Destroy(), buf.Free(), mem.Free()); err != nil {
+				t.Fatal(err)
+			}
+			still("Destroy and Free")
+			if err := c.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			still("Close")
+		})
 	}
 }
 
+// TestNonBlockingInit: a non-blocking init returns inside NCCL at once and
+// gonccl waits for the other ranks outside it, so the context ends the wait.
 func TestNonBlockingInit(t *testing.T) {
 	l := open(t, "default")
+	no, yes := false, true
+	deadline := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	for _, tc := range []struct {
+		name     string
+		ctx      context.Context
+		cfg      *nccl.Config
+		blocking bool
+	}{
+		{"Blocking=false", context.Background(), &nccl.Config{Blocking: &no}, false},
+		{"a deadline", deadline(), nil, false},
+		{"a deadline, Blocking=true", deadline(), &nccl.Config{Blocking: &yes}, true},
+	} {
+		id, _ := l.GetUniqueID()
+		comms := make([]*nccl.Comm, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				comms[r], errs[r] = l.InitRank(tc.ctx, r, id, 2, r, tc.cfg)
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for r, c := range comms {
+			want := int32(0)
+			if tc.blocking {
+				want = 1
+			}
+			if c.Blocking() != tc.blocking || configInt(t, l, c, "blocking") != want {
+				t.Errorf("%s: rank %d blocking %v, NCCL's config %d", tc.name, r, c.Blocking(), configInt(t, l, c, "blocking"))
+			}
+			// Init waited until the rank joined: nothing is in progress.
+			if err := c.AsyncError(); err != nil {
+				t.Errorf("%s: AsyncError after init = %v", tc.name, err)
+			}
+		}
+		for _, c := range comms {
+			if err := c.Close(tc.ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-c.Done():
+			default:
+				t.Errorf("%s: Done not closed after Close", tc.name)
+			}
+		}
+	}
+
+	// A rank whose peer never comes: the deadline ends the non-blocking init,
+	// which aborts the half-made communicator.
+	before := liveComms(t, l)
 	id, _ := l.GetUniqueID()
-	no := false
-	comms := make([]*nccl.Comm, 2)
-	for r := range comms {
-		c, err := l.InitRankConfig(r, id, 2, r, &nccl.Config{Blocking: &no})
-		if err != nil {
-			t.Fatalf("non-blocking init returned %v", err)
-		}
-		comms[r] = c
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	c, err := l.InitRank(ctx, 0, id, 2, 0, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("init without its peer: %v; want context.DeadlineExceeded", err)
 	}
-	// Both ranks were started from this goroutine: neither call blocked.
-	deadline := time.Now().Add(5 * time.Second)
-	for _, c := range comms {
-		for {
-			err := c.AsyncError()
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, nccl.ErrInProgress) || time.Now().After(deadline) {
-				t.Fatalf("AsyncError = %v", err)
-			}
-			time.Sleep(time.Millisecond)
+	if c != nil { // init.go returns the aborted communicator beside the error
+		select {
+		case <-c.Done():
+		default:
+			t.Errorf("init without its peer returned an open communicator beside %v", err)
 		}
 	}
-	for _, c := range comms {
-		if err := c.Finalize(); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Destroy(); err != nil {
-			t.Fatal(err)
-		}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("init returned %v after its deadline", d)
+	}
+	if n := liveComms(t, l); n != before {
+		t.Errorf("%d communicators live after the failed init, %d before: not aborted", n, before)
+	}
+	// A context already ended makes nothing.
+	done, cancelNow := context.WithCancel(context.Background())
+	cancelNow()
+	if _, err := l.InitRank(done, 0, id, 1, 0, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("init with an ended context: %v", err)
+	}
+	if n := liveComms(t, l); n != before {
+		t.Errorf("init with an ended context made a communicator")
 	}
 }
 
 func TestInitAllAndGroupAcrossComms(t *testing.T) {
-	l := open(t, "default")
-	cu := l.CUDA()
-	devs := []int{0, 1, 2, 3}
-	comms, err := l.InitAll(devs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bufs := make([]nccl.DevicePtr, len(devs))
-	streams := make([]nccl.Stream, len(devs))
-	for i, c := range comms {
-		if c.Rank() != i || c.Count() != 4 || c.Device() != devs[i] {
-			t.Fatalf("comm %d: rank %d of %d on %d", i, c.Rank(), c.Count(), c.Device())
-		}
-		bufs[i], _ = cu.Malloc(devs[i], 8)
-		streams[i], _ = cu.StreamCreate(devs[i], 0)
-		host := make([]byte, 8)
-		binary.LittleEndian.PutUint64(host, uint64(10*(i+1)))
-		cu.CopyToDevice(bufs[i], host)
-	}
-	// One goroutine drives all four: only one group makes that possible.
-	err = l.Group(func() error {
-		for i, c := range comms {
-			if err := c.AllReduce(bufs[i], bufs[i], 1, abi.Uint64, abi.Sum, streams[i]); err != nil {
-				return err
+	no, yes := false, true
+	for _, tc := range []struct {
+		name     string
+		deadline bool
+		cfg      *nccl.Config
+		blocking bool
+		config   int32 // blocking in the config NCCL got
+	}{
+		{"context.Background", false, nil, true, abi.Undefined}, // ncclCommInitAll, no config
+		{"a deadline", true, nil, false, 0},                     // one init per device in a group
+		{"Blocking=false", false, &nccl.Config{Blocking: &no}, false, 0},
+		{"Blocking=true", false, &nccl.Config{Blocking: &yes}, true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := open(t, "default")
+			cu := l.CUDA()
+			ctx := context.Background()
+			if tc.deadline {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, time.Minute)
+				defer cancel()
 			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, c := range comms {
-		cu.StreamSynchronize(streams[i])
-		host := make([]byte, 8)
-		cu.CopyFromDevice(host, bufs[i])
-		if got := binary.LittleEndian.Uint64(host); got != 100 {
-			t.Errorf("comm %d: %d, want 100", i, got)
-		}
-		c.Destroy()
-		cu.Free(bufs[i])
-		cu.StreamDestroy(streams[i])
+			devs := []int{0, 1, 2, 3}
+			comms, err := l.InitAll(ctx, devs, tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bufs := make([]nccl.Buffer, len(devs))
+			streams := make([]nccl.Stream, len(devs))
+			for i, c := range comms {
+				if c.Rank() != i || c.Size() != 4 || c.Device() != devs[i] || c.Blocking() != tc.blocking {
+					t.Fatalf("comm %d: rank %d of %d on %d, blocking %v", i, c.Rank(), c.Size(), c.Device(), c.Blocking())
+				}
+				if got := configInt(t, l, c, "blocking"); got != tc.config {
+					t.Errorf("comm %d: config blocking reached NCCL as %d, want %d", i, got, tc.config)
+				}
+				if bufs[i], err = cu.Alloc(devs[i], nccl.Uint64, 1); err != nil {
+					t.Fatal(err)
+				}
+				if streams[i], err = cu.NewStream(devs[i], nccl.StreamDefault); err != nil {
+					t.Fatal(err)
+				}
+				if err := nccl.CopyIn(bufs[i], []uint64{uint64(10 * (i + 1))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// One goroutine drives all four: only one group makes that possible.
+			err = l.Group(func() error {
+				for i, c := range comms {
+					if err := c.AllReduce(bufs[i], bufs[i], nccl.Sum, streams[i]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range comms {
+				if err := c.Wait(ctx, streams[i]); err != nil {
+					t.Fatal(err)
+				}
+				host := make([]uint64, 1)
+				if err := nccl.CopyOut(host, bufs[i]); err != nil {
+					t.Fatal(err)
+				}
+				if host[0] != 100 {
+					t.Errorf("comm %d: %d, want 100", i, host[0])
+				}
+				if err := errors.Join(c.Close(ctx), bufs[i].Free(), streams[i].Destroy()); err != nil {
+					t.Error(err)
+				}
+			}
+		})
 	}
 }
 
 func TestSplit(t *testing.T) {
+	for _, m := range commModes {
+		t.Run(m.name, func(t *testing.T) { testSplit(t, m) })
+	}
+}
+
+func testSplit(t *testing.T, m commMode) {
 	l := open(t, "default")
 	cu := l.CUDA()
 	const n = 6
-	ranks := initRanks(t, l, n)
+	ranks := startRanks(t, l, n, m)
+	ctx := m.ctx(t)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for r, rk := range ranks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			color := r % 3
-			if r == 5 {
-				color = abi.SplitNoColor
-			}
-			// Key reverses the order inside each color.
-			sub, err := rk.comm.Split(color, -r, nil)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			if color == abi.SplitNoColor {
-				if sub != nil {
-					errs[r] = errors.New("no-color rank got a communicator")
+			errs[r] = func() error {
+				color := r % 3
+				if r == 5 {
+					color = nccl.SplitNoColor
 				}
-				return
-			}
-			defer sub.Destroy()
-			members := []int{}
-			for p := n - 1; p >= 0; p-- {
-				if p%3 == color && p != 5 {
-					members = append(members, p)
+				// Key reverses the order inside each color.
+				sub, err := rk.comm.Split(ctx, color, -r, nil)
+				if err != nil {
+					return err
 				}
-			}
-			wantRank := 0
-			for i, p := range members {
-				if p == r {
-					wantRank = i
+				if color == nccl.SplitNoColor {
+					if sub != nil {
+						return errors.New("no-color rank got a communicator")
+					}
+					return nil
 				}
-			}
-			if sub.Count() != len(members) || sub.Rank() != wantRank || sub.Device() != rk.dev {
-				errs[r] = errors.New("wrong split rank or size")
-				return
-			}
-			buf, _ := cu.Malloc(rk.dev, 8)
-			defer cu.Free(buf)
-			host := make([]byte, 8)
-			binary.LittleEndian.PutUint64(host, uint64(r))
-			cu.CopyToDevice(buf, host)
-			if errs[r] = sub.AllReduce(buf, buf, 1, abi.Uint64, abi.Sum, rk.s); errs[r] != nil {
-				return
-			}
-			cu.StreamSynchronize(rk.s)
-			cu.CopyFromDevice(host, buf)
-			var want uint64
-			for _, p := range members {
-				want += uint64(p)
-			}
-			if got := binary.LittleEndian.Uint64(host); got != want {
-				errs[r] = errors.New("wrong sum in the split communicator")
-			}
+				defer sub.Close(ctx)
+				members := []int{}
+				for p := n - 1; p >= 0; p-- {
+					if p%3 == color && p != 5 {
+						members = append(members, p)
+					}
+				}
+				wantRank := 0
+				for i, p := range members {
+					if p == r {
+						wantRank = i
+					}
+				}
+				if sub.Size() != len(members) || sub.Rank() != wantRank || sub.Device() != rk.dev {
+					return fmt.Errorf("split rank %d of %d on device %d, want %d of %d on %d",
+						sub.Rank(), sub.Size(), sub.Device(), wantRank, len(members), rk.dev)
+				}
+				if sub.Blocking() != rk.comm.Blocking() {
+					return fmt.Errorf("split comm blocking %v, parent %v", sub.Blocking(), rk.comm.Blocking())
+				}
+				buf, err := cu.Alloc(rk.dev, nccl.Uint64, 1)
+				if err != nil {
+					return err
+				}
+				defer buf.Free()
+				if err := nccl.CopyIn(buf, []uint64{uint64(r)}); err != nil {
+					return err
+				}
+				if err := sub.AllReduce(buf, buf, nccl.Sum, rk.s); err != nil {
+					return err
+				}
+				if err := sub.Wait(ctx, rk.s); err != nil {
+					return err
+				}
+				host := make([]uint64, 1)
+				if err := nccl.CopyOut(host, buf); err != nil {
+					return err
+				}
+				var want uint64
+				for _, p := range members {
+					want += uint64(p)
+				}
+				if host[0] != want {
+					return fmt.Errorf("sum %d in the split communicator, want %d", host[0], want)
+				}
+				return nil
+			}()
 		}()
 	}
 	wg.Wait()
@@ -261,77 +582,120 @@ func TestSplit(t *testing.T) {
 }
 
 func TestInitRankScalable(t *testing.T) {
-	l := open(t, "default")
-	ids := make([]nccl.UniqueID, 2)
-	for i := range ids {
-		ids[i], _ = l.GetUniqueID()
-	}
-	var wg sync.WaitGroup
-	comms := make([]*nccl.Comm, 3)
-	errs := make([]error, 3)
-	for r := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			comms[r], errs[r] = l.InitRankScalable(r, ids, 3, r, nil)
-		}()
-	}
-	wg.Wait()
-	for r, c := range comms {
-		if errs[r] != nil || c.Rank() != r || c.Count() != 3 {
-			t.Fatalf("rank %d: %v", r, errs[r])
-		}
-		c.Destroy()
-	}
-	if _, err := open(t, "old").InitRankScalable(0, ids, 1, 0, nil); !errors.Is(err, nccl.ErrNotSupported) {
-		t.Errorf("InitRankScalable on 2.14: %v", err)
+	for _, m := range commModes {
+		t.Run(m.name, func(t *testing.T) {
+			l := open(t, "default")
+			ctx := m.ctx(t)
+			ids := make([]nccl.UniqueID, 2)
+			for i := range ids {
+				ids[i], _ = l.GetUniqueID()
+			}
+			var wg sync.WaitGroup
+			comms := make([]*nccl.Comm, 3)
+			errs := make([]error, 3)
+			for r := range comms {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					comms[r], errs[r] = l.InitRankScalable(ctx, r, ids, 3, r, nil)
+				}()
+			}
+			wg.Wait()
+			for r, c := range comms {
+				if errs[r] != nil || c.Rank() != r || c.Size() != 3 {
+					t.Fatalf("rank %d: %v", r, errs[r])
+				}
+				m.check(t, l, c)
+			}
+			for _, c := range comms {
+				if err := c.Close(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+			if _, err := open(t, "old").InitRankScalable(ctx, 0, ids, 1, 0, nil); !errors.Is(err, nccl.ErrNotSupported) {
+				t.Errorf("InitRankScalable on 2.14: %v", err)
+			}
+		})
 	}
 }
 
 func TestRegistrationAndMemory(t *testing.T) {
 	l := open(t, "default")
-	ranks := initRanks(t, l, 1)
+	ranks := startRanks(t, l, 1, commModes[0])
 	c := ranks[0].comm
-	p, err := l.MemAlloc(c.Device(), 8192)
+	p, err := l.MemAlloc(c.Device(), nccl.Uint8, 8192)
 	if err != nil {
 		t.Fatal(err)
 	}
-	attr, err := l.CUDA().PointerAttributes(uintptr(p))
-	if err != nil || attr.Type != abi.MemoryTypeDevice || int(attr.Device) != c.Device() {
+	if p.Len() != 8192 || p.Size() != 8192 || p.Device() != c.Device() || p.Type() != nccl.Uint8 {
+		t.Fatalf("MemAlloc buffer: %d elements of %v, %d bytes on device %d", p.Len(), p.Type(), p.Size(), p.Device())
+	}
+	attr, err := l.CUDA().PointerAttributes(uintptr(p.Ptr()))
+	if err != nil || attr.Type != nccl.MemoryDevice || int(attr.Device) != c.Device() {
 		t.Fatalf("MemAlloc memory: %+v, %v", attr, err)
 	}
-	h, err := c.Register(p, 8192)
-	if err != nil || h == 0 {
+	h, err := c.Register(p)
+	if err != nil || h == (nccl.Registration{}) {
 		t.Fatalf("Register: %v", err)
 	}
 	if err := c.Deregister(h); err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.WindowRegister(p, 8192, abi.WinCollSymmetric)
-	if err != nil || w == 0 {
-		t.Fatalf("WindowRegister: %v", err)
+	if err := c.Deregister(nccl.Registration{}); !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("Deregister of no registration: %v", err)
 	}
-	if err := c.WindowDeregister(w); err != nil {
+	w, err := c.RegisterWindow(p, nccl.WinCollSymmetric)
+	if err != nil || w == (nccl.Window{}) {
+		t.Fatalf("RegisterWindow: %v", err)
+	}
+	if err := c.DeregisterWindow(w); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WindowDeregister(w); !errors.Is(err, nccl.ErrInvalidArgument) {
+	if err := c.DeregisterWindow(w); !errors.Is(err, nccl.ErrInvalidArgument) {
 		t.Errorf("second deregister: %v", err)
 	}
-	t.Setenv("FAKENCCL_NULL_WINDOW", "1")
-	if _, err := c.WindowRegister(p, 8192, abi.WinCollSymmetric); !errors.Is(err, nccl.ErrNotSupported) {
-		t.Errorf("NULL window: %v, want ErrNotSupported", err)
+	// A symmetric buffer: whole pages in a window.
+	sym, err := c.AllocSymmetric(nccl.Float32, 100)
+	if err != nil || sym.Window() == 0 || sym.Len() != 100 || sym.Device() != c.Device() {
+		t.Fatalf("AllocSymmetric: window %#x, %d elements: %v", sym.Window(), sym.Len(), err)
 	}
-	if err := l.MemFree(p); err != nil {
+	if err := sym.Free(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Register(p, -1); !errors.Is(err, nccl.ErrInvalidArgument) {
-		t.Errorf("negative size: %v", err)
+	t.Setenv("FAKENCCL_NULL_WINDOW", "1")
+	if _, err := c.RegisterWindow(p, nccl.WinCollSymmetric); !errors.Is(err, nccl.ErrNotSupported) {
+		t.Errorf("NULL window: %v, want ErrNotSupported", err)
+	}
+	if _, err := c.AllocSymmetric(nccl.Float32, 100); !errors.Is(err, nccl.ErrNotSupported) {
+		t.Errorf("AllocSymmetric with no window: %v, want ErrNotSupported", err)
+	}
+	if err := p.Slice(8, 16).Free(); !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("Free of a slice: %v", err)
+	}
+	if err := p.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Free(); !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("second Free: %v", err)
+	}
+	// What NCCL would not take is refused: freed memory, memory on another device.
+	if _, err := c.Register(p); !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("Register of freed memory: %v", err)
+	}
+	other, err := l.CUDA().Alloc(c.Device()+1, nccl.Uint8, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Free()
+	if _, err := c.Register(other); !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("Register of memory on another device: %v", err)
 	}
 }
 
 // TestAlltoAllvABIs calls VCCL's ncclAlltoAllv through both forms. The fake
 // checks that the datatype, communicator and relay count arrive in the slots
 // its form puts them; calling one form's library with the other form fails.
+// Auto takes the native call on symmetric buffers where the library has it.
 func TestAlltoAllvABIs(t *testing.T) {
 	for _, c := range []struct {
 		variant string
@@ -342,24 +706,31 @@ func TestAlltoAllvABIs(t *testing.T) {
 		if l.AlltoAllvABI() != c.abi || !l.Has("ncclAlltoAllv") {
 			t.Fatalf("%s: ABI %d", c.variant, l.AlltoAllvABI())
 		}
-		err := alltoallvRound(t, l, 3)
-		if c.ok && err != nil {
-			t.Errorf("%s with the %d-argument form: %v", c.variant, c.abi, err)
-		}
-		if !c.ok && !errors.Is(err, nccl.ErrInvalidArgument) {
-			t.Errorf("%s with the wrong %d-argument form: %v, want ErrInvalidArgument", c.variant, c.abi, err)
+		for _, path := range []nccl.Path{nccl.Native, nccl.Auto} {
+			err := alltoallvRound(t, l, 3, path, nccl.Native)
+			if c.ok && err != nil {
+				t.Errorf("%s with the %d-argument form (%v): %v", c.variant, c.abi, path, err)
+			}
+			if !c.ok && !errors.Is(err, nccl.ErrInvalidArgument) {
+				t.Errorf("%s with the wrong %d-argument form (%v): %v, want ErrInvalidArgument", c.variant, c.abi, path, err)
+			}
 		}
 	}
-	if err := alltoallvRound(t, open(t, "default"), 2); !errors.Is(err, nccl.ErrNotSupported) {
-		t.Errorf("AlltoAllv on NCCL: %v", err)
+	l := open(t, "default")
+	if err := alltoallvRound(t, l, 2, nccl.Native, nccl.Grouped); !errors.Is(err, nccl.ErrNotSupported) {
+		t.Errorf("native AlltoAllv on NCCL: %v", err)
+	}
+	if err := alltoallvRound(t, l, 2, nccl.Auto, nccl.Grouped); err != nil {
+		t.Errorf("AlltoAllv on NCCL, grouped: %v", err)
 	}
 }
 
-// alltoallvRound runs one uneven exchange on n ranks in symmetric windows and
-// checks every element: rank i sends i+j+1 int32 to rank j.
-func alltoallvRound(t *testing.T, l *nccl.Library, n int) error {
-	cu := l.CUDA()
-	ranks := initRanks(t, l, n)
+// alltoallvRound runs one uneven exchange on n ranks in symmetric buffers on
+// path, which PathOf must report as want, and checks every element: rank i
+// sends i+j+1 int32 to rank j.
+func alltoallvRound(t *testing.T, l *nccl.Library, n int, path, want nccl.Path) error {
+	t.Helper()
+	ranks := startRanks(t, l, n, commModes[0])
 	sc, sd := make([]uint64, n*n), make([]uint64, n*n)
 	rc, rd := make([]uint64, n*n), make([]uint64, n*n)
 	for i := range n {
@@ -376,44 +747,59 @@ func alltoallvRound(t *testing.T, l *nccl.Library, n int) error {
 			off += rc[j*n+i]
 		}
 	}
+	layout := nccl.Layout{SendCounts: sc, SendDispls: sd, RecvCounts: rc, RecvDispls: rd}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r, rk := range ranks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			send, _ := l.MemAlloc(rk.dev, 4096)
-			recv, _ := l.MemAlloc(rk.dev, 4096)
-			defer l.MemFree(send)
-			defer l.MemFree(recv)
-			ws, err := rk.comm.WindowRegister(send, 4096, abi.WinCollSymmetric)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer rk.comm.WindowDeregister(ws)
-			wr, _ := rk.comm.WindowRegister(recv, 4096, abi.WinCollSymmetric)
-			defer rk.comm.WindowDeregister(wr)
-			host := make([]byte, 4096)
-			for j := range n {
-				for e := range int(sc[r*n+j]) {
-					binary.LittleEndian.PutUint32(host[4*(int(sd[r*n+j])+e):], uint32(r<<16|j<<8|e))
+			errs[r] = func() error {
+				if err := rk.comm.SetPath(path); err != nil {
+					return err
 				}
-			}
-			cu.CopyToDevice(send, host)
-			if errs[r] = rk.comm.AlltoAllv(send, sc, sd, recv, rc, rd, 0, 0, abi.Int32, rk.s); errs[r] != nil {
-				return
-			}
-			cu.StreamSynchronize(rk.s)
-			cu.CopyFromDevice(host, recv)
-			for i := range n {
-				for e := range int(rc[r*n+i]) {
-					if got := binary.LittleEndian.Uint32(host[4*(int(rd[r*n+i])+e):]); got != uint32(i<<16|r<<8|e) {
-						errs[r] = errors.New("wrong element")
-						return
+				if got := rk.comm.PathOf("AlltoAllv"); got != want {
+					return fmt.Errorf("PathOf(AlltoAllv) = %v with %v, want %v", got, path, want)
+				}
+				// Symmetric allocation is collective: one goroutine per rank.
+				send, err := rk.comm.AllocSymmetric(nccl.Int32, 1024)
+				if err != nil {
+					return err
+				}
+				defer send.Free()
+				recv, err := rk.comm.AllocSymmetric(nccl.Int32, 1024)
+				if err != nil {
+					return err
+				}
+				defer recv.Free()
+				host := make([]int32, 1024)
+				for j := range n {
+					for e := range int(sc[r*n+j]) {
+						host[int(sd[r*n+j])+e] = int32(r<<16 | j<<8 | e)
 					}
 				}
-			}
+				if err := nccl.CopyIn(send, host); err != nil {
+					return err
+				}
+				if err := rk.comm.AlltoAllv(send, recv, layout, rk.s); err != nil {
+					return err
+				}
+				if err := rk.s.Synchronize(); err != nil {
+					return err
+				}
+				got := make([]int32, 1024)
+				if err := nccl.CopyOut(got, recv); err != nil {
+					return err
+				}
+				for i := range n {
+					for e := range int(rc[r*n+i]) {
+						if v := uint32(got[int(rd[r*n+i])+e]); v != uint32(i<<16|r<<8|e) {
+							return fmt.Errorf("element %d from rank %d: %#x", e, i, v)
+						}
+					}
+				}
+				return nil
+			}()
 		}()
 	}
 	wg.Wait()
@@ -423,44 +809,109 @@ func alltoallvRound(t *testing.T, l *nccl.Library, n int) error {
 func TestPreMulSumDeviceScalar(t *testing.T) {
 	l := open(t, "default")
 	cu := l.CUDA()
-	ranks := initRanks(t, l, 2)
+	ranks := startRanks(t, l, 2, commModes[0])
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for r, rk := range ranks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			scalar, _ := cu.Malloc(rk.dev, 8)
-			buf, _ := cu.Malloc(rk.dev, 8)
-			defer cu.Free(scalar)
-			defer cu.Free(buf)
-			host := make([]byte, 8)
-			binary.LittleEndian.PutUint64(host, uint64(3))
-			cu.CopyToDevice(scalar, host)
-			binary.LittleEndian.PutUint64(host, uint64(r+1))
-			cu.CopyToDevice(buf, host)
-			op, err := rk.comm.CreatePreMulSumDevice(scalar, abi.Int64)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer rk.comm.DestroyRedOp(op)
-			if errs[r] = rk.comm.AllReduce(buf, buf, 1, abi.Int64, op, rk.s); errs[r] != nil {
-				return
-			}
-			cu.StreamSynchronize(rk.s)
-			cu.CopyFromDevice(host, buf)
-			if got := binary.LittleEndian.Uint64(host); got != 3*1+3*2 {
-				errs[r] = errors.New("wrong PreMulSum result")
-			}
+			errs[r] = func() error {
+				scalar, err := cu.Alloc(rk.dev, nccl.Int64, 1)
+				if err != nil {
+					return err
+				}
+				defer scalar.Free()
+				buf, err := cu.Alloc(rk.dev, nccl.Int64, 1)
+				if err != nil {
+					return err
+				}
+				defer buf.Free()
+				if err := errors.Join(nccl.CopyIn(scalar, []int64{3}), nccl.CopyIn(buf, []int64{int64(r + 1)})); err != nil {
+					return err
+				}
+				op, err := rk.comm.PreMulSumDevice(scalar)
+				if err != nil {
+					return err
+				}
+				defer rk.comm.DestroyRedOp(op)
+				host := make([]int64, 1)
+				// The scalar is read by each operation: changing it between
+				// them changes the result.
+				for _, step := range []struct{ scalar, want int64 }{{3, 3*1 + 3*2}, {5, 5*9 + 5*9}} {
+					if err := nccl.CopyIn(scalar, []int64{step.scalar}); err != nil {
+						return err
+					}
+					if err := rk.comm.AllReduce(buf, buf, op, rk.s); err != nil {
+						return err
+					}
+					if err := rk.s.Synchronize(); err != nil {
+						return err
+					}
+					if err := nccl.CopyOut(host, buf); err != nil {
+						return err
+					}
+					if host[0] != step.want {
+						return fmt.Errorf("PreMulSum with scalar %d: %d, want %d", step.scalar, host[0], step.want)
+					}
+				}
+				// A host scalar of the buffer's type, read once.
+				hop, err := nccl.PreMulSum(rk.comm, int64(2))
+				if err != nil {
+					return err
+				}
+				defer rk.comm.DestroyRedOp(hop)
+				if err := rk.comm.AllReduce(buf, buf, hop, rk.s); err != nil {
+					return err
+				}
+				if err := errors.Join(rk.s.Synchronize(), nccl.CopyOut(host, buf)); err != nil {
+					return err
+				}
+				if host[0] != 2*90+2*90 {
+					return fmt.Errorf("PreMulSum with host scalar 2: %d, want 360", host[0])
+				}
+				return nil
+			}()
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ranks[0].comm.CreatePreMulSum([]byte{1, 2, 3}, abi.Float32); !errors.Is(err, nccl.ErrInvalidArgument) {
-		t.Errorf("3-byte float32 scalar: %v", err)
+	// A scalar must be one element on the communicator's device.
+	c := ranks[0].comm
+	three, err := cu.Alloc(ranks[0].dev, nccl.Float32, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer three.Free()
+	if _, err := c.PreMulSumDevice(three); !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("3-element float32 scalar: %v", err)
+	}
+	elsewhere, err := cu.Alloc(ranks[0].dev+1, nccl.Float32, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer elsewhere.Free()
+	if _, err := c.PreMulSumDevice(elsewhere); !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("scalar on another device: %v", err)
+	}
+	// An op made for float32 is refused on int64 data.
+	f32, err := nccl.PreMulSum(c, float32(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.DestroyRedOp(f32)
+	ints, err := cu.Alloc(ranks[0].dev, nccl.Int64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ints.Free()
+	if err := c.AllReduce(ints, ints, f32, ranks[0].s); !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("float32 PreMulSum on int64: %v", err)
+	}
+	if err := c.DestroyRedOp(nccl.Sum); !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("DestroyRedOp(Sum): %v", err)
 	}
 }
 
@@ -470,22 +921,31 @@ func TestCUDARuntime(t *testing.T) {
 	if v, err := cu.RuntimeVersion(); err != nil || v != 12040 {
 		t.Errorf("RuntimeVersion = %d, %v", v, err)
 	}
+	if v, err := cu.DriverVersion(); err != nil || v != 12080 {
+		t.Errorf("DriverVersion = %d, %v", v, err)
+	}
 	if n, err := cu.DeviceCount(); err != nil || n != 8 {
 		t.Errorf("DeviceCount = %d, %v", n, err)
 	}
-	if _, err := cu.Malloc(99, 16); !errors.Is(err, nccl.ErrCUDA) {
-		t.Errorf("Malloc on device 99: %v", err)
+	if _, err := cu.Alloc(99, nccl.Uint8, 16); !errors.Is(err, nccl.ErrCUDA) {
+		t.Errorf("Alloc on device 99: %v", err)
 	}
 	var ce *nccl.CUDAError
-	if err := cu.Free(nccl.DevicePtr(12345)); !errors.As(err, &ce) || ce.Code != abi.CudaErrorInvalidValue || ce.Msg != "invalid argument" {
-		t.Errorf("Free of a bad pointer: %v", err)
+	if err := cu.FreeHost(make([]byte, 16)); !errors.As(err, &ce) || ce.Code != abi.CudaErrorInvalidValue || ce.Msg != "invalid argument" {
+		t.Errorf("FreeHost of memory MallocHost did not give: %v", err)
 	}
 	if cu.ErrorName(abi.CudaErrorNotReady) != "cudaErrorNotReady" {
 		t.Error(cu.ErrorName(abi.CudaErrorNotReady))
 	}
-	// Every copy kind, through device memory and page-locked host memory.
-	a, _ := cu.Malloc(2, 64)
-	b, _ := cu.Malloc(2, 64)
+	// Every copy direction, through device memory and page-locked host memory.
+	a, err := cu.Alloc(2, nccl.Uint8, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cu.Alloc(2, nccl.Uint8, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pinned, err := cu.MallocHost(64)
 	if err != nil {
 		t.Fatal(err)
@@ -493,14 +953,20 @@ func TestCUDARuntime(t *testing.T) {
 	for i := range pinned {
 		pinned[i] = byte(i)
 	}
-	s, _ := cu.StreamCreate(2, abi.StreamNonBlocking)
-	steps := []error{
-		cu.Memcpy(uintptr(a), uintptr(unsafe.Pointer(&pinned[0])), 64, abi.MemcpyHostToDevice),
-		cu.MemcpyAsync(uintptr(b), uintptr(a), 64, abi.MemcpyDeviceToDevice, s),
-		cu.MemsetAsync(a, 0, 64, s),
-		cu.StreamSynchronize(s),
-		cu.Memcpy(uintptr(unsafe.Pointer(&pinned[0])), uintptr(b), 64, abi.MemcpyDefault),
+	s, err := cu.NewStream(2, nccl.StreamNonBlocking)
+	if err != nil || s.Device() != 2 || s.Handle() == 0 {
+		t.Fatalf("NewStream: %v on device %d", err, s.Device())
 	}
+	steps := []error{
+		cu.MemcpyAsync(uintptr(a.Ptr()), uintptr(unsafe.Pointer(&pinned[0])), 64, s), // host to device
+		cu.MemcpyAsync(uintptr(b.Ptr()), uintptr(a.Ptr()), 64, s),                    // device to device
+		a.MemsetAsync(0, s),
+		s.Synchronize(),
+	}
+	clear(pinned)
+	steps = append(steps,
+		cu.MemcpyAsync(uintptr(unsafe.Pointer(&pinned[0])), uintptr(b.Ptr()), 64, s), // device to host
+		s.Synchronize())
 	for i, err := range steps {
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
@@ -512,26 +978,124 @@ func TestCUDARuntime(t *testing.T) {
 		}
 	}
 	zero := make([]byte, 64)
-	cu.CopyFromDevice(zero, a)
+	if err := a.ReadBytes(zero); err != nil {
+		t.Fatal(err)
+	}
 	for _, v := range zero {
 		if v != 0 {
 			t.Fatal("MemsetAsync did not run")
 		}
 	}
-	if err := cu.Memcpy(uintptr(a), 0x1000, 64, abi.MemcpyDeviceToDevice); !errors.Is(err, nccl.ErrCUDA) {
-		t.Errorf("copy from a non-device pointer: %v", err)
+	if done, err := s.Query(); err != nil || !done {
+		t.Errorf("Query after Synchronize = %v, %v", done, err)
+	}
+	if err := cu.MemcpyAsync(uintptr(a.Ptr()), 0, 64, s); !errors.Is(err, nccl.ErrCUDA) {
+		t.Errorf("copy from NULL: %v", err)
+	}
+	if err := cu.MemcpyAsync(uintptr(a.Ptr()), uintptr(b.Ptr()), -1, s); !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("copy of -1 bytes: %v", err)
 	}
 	attr, _ := cu.PointerAttributes(uintptr(unsafe.Pointer(&pinned[0])))
-	if attr.Type != abi.MemoryTypeHost {
+	if attr.Type != nccl.MemoryHost {
 		t.Errorf("pinned memory type %v", attr.Type)
 	}
-	cu.StreamDestroy(s)
-	if err := cu.StreamDestroy(s); !errors.Is(err, nccl.ErrCUDA) {
-		t.Errorf("second StreamDestroy: %v", err)
+	if attr, err := cu.PointerAttributes(uintptr(a.Ptr())); err != nil || attr.Type != nccl.MemoryDevice || attr.Device != 2 {
+		t.Errorf("device memory: %+v, %v", attr, err)
 	}
-	cu.FreeHost(pinned)
-	cu.Free(a)
-	cu.Free(b)
+
+	// Events: timing, and ordering one stream after another.
+	start, err := cu.NewEvent(2, nccl.EventDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := cu.NewEvent(2, nccl.EventDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	never, err := cu.NewEvent(2, nccl.EventDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(start.Record(s), a.MemsetAsync(1, s), end.Record(s), end.Synchronize()); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := end.Query(); err != nil || !done {
+		t.Errorf("event Query after Synchronize = %v, %v", done, err)
+	}
+	if d, err := end.Elapsed(start); err != nil || d <= 0 {
+		t.Errorf("Elapsed = %v, %v", d, err)
+	}
+	if _, err := never.Elapsed(start); !errors.Is(err, nccl.ErrCUDA) {
+		t.Errorf("Elapsed from an event never recorded: %v", err)
+	}
+	s0, err := cu.NewStream(0, nccl.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := start.Record(s0); !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("Record on a stream of another device: %v", err)
+	}
+	// s2 copies a into b after the memsets queued on s, each of which takes
+	// the fake 0.2 ms: without After the copy would read an early value.
+	s2, err := cu.NewStream(2, nccl.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ordered := func(how string, want byte) {
+		t.Helper()
+		got := make([]byte, 64)
+		if err := b.ReadBytes(got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, bytes.Repeat([]byte{want}, 64)) {
+			t.Errorf("%s: the copy read %v, want all %d", how, got[:8], want)
+		}
+	}
+	for v := range byte(8) {
+		if err := a.MemsetAsync(v+1, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := errors.Join(s2.After(s), cu.MemcpyAsync(uintptr(b.Ptr()), uintptr(a.Ptr()), 64, s2), s2.Synchronize()); err != nil {
+		t.Fatal(err)
+	}
+	ordered("After", 8)
+	// The same the other way round with an event of the caller's.
+	mark, err := cu.NewEvent(2, nccl.EventDisableTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := range byte(8) {
+		if err := a.MemsetAsync(20+v, s2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := errors.Join(mark.Record(s2), s.Wait(mark), cu.MemcpyAsync(uintptr(b.Ptr()), uintptr(a.Ptr()), 64, s), s.Synchronize()); err != nil {
+		t.Fatal(err)
+	}
+	ordered("Wait", 27)
+	if err := errors.Join(start.Destroy(), end.Destroy(), never.Destroy(), mark.Destroy()); err != nil {
+		t.Error(err)
+	}
+
+	if err := cu.DefaultStream(2).Synchronize(); err != nil {
+		t.Errorf("legacy stream Synchronize: %v", err)
+	}
+	if err := cu.DefaultStream(2).Destroy(); !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("Destroy of the legacy stream: %v", err)
+	}
+	if err := (nccl.Stream{}).Synchronize(); !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("Synchronize of the zero Stream: %v", err)
+	}
+	if err := s.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Destroy(); !errors.Is(err, nccl.ErrCUDA) {
+		t.Errorf("second stream Destroy: %v", err)
+	}
+	if err := errors.Join(s0.Destroy(), s2.Destroy(), cu.FreeHost(pinned), a.Free(), b.Free()); err != nil {
+		t.Error(err)
+	}
 	if err := cu.DeviceSynchronize(2); err != nil {
 		t.Error(err)
 	}
@@ -557,35 +1121,56 @@ func init() {
 			return fmt.Errorf("DeviceCount: %v, want ErrNoDevice", err)
 		}
 		id, _ := l.GetUniqueID()
-		if _, err := l.InitRank(0, id, 1, 0); !errors.Is(err, nccl.ErrNoDevice) {
-			return fmt.Errorf("InitRank: %v, want ErrNoDevice", err)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, ctx := range []context.Context{context.Background(), ctx} {
+			if _, err := l.InitRank(ctx, 0, id, 1, 0, nil); !errors.Is(err, nccl.ErrNoDevice) {
+				return fmt.Errorf("InitRank: %v, want ErrNoDevice", err)
+			}
+		}
+		if _, err := l.CUDA().Alloc(0, nccl.Float32, 1); !errors.Is(err, nccl.ErrNoDevice) {
+			return fmt.Errorf("Alloc: %v, want ErrNoDevice", err)
 		}
 		return nil
 	}
 }
 
 func TestLibraryClose(t *testing.T) {
-	l := open(t, "default")
-	id, _ := l.GetUniqueID()
-	c, err := l.InitRank(0, id, 1, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Close(); !errors.Is(err, nccl.ErrInvalidUsage) {
-		t.Fatalf("Close with an open communicator: %v", err)
-	}
-	c.Destroy()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.GetUniqueID(); !errors.Is(err, nccl.ErrClosed) {
-		t.Errorf("GetUniqueID after Close: %v", err)
-	}
-	if _, err := l.InitRank(0, id, 1, 0); !errors.Is(err, nccl.ErrClosed) {
-		t.Errorf("InitRank after Close: %v", err)
-	}
-	if err := l.Group(func() error { return nil }); !errors.Is(err, nccl.ErrClosed) {
-		t.Errorf("Group after Close: %v", err)
+	for _, m := range commModes {
+		t.Run(m.name, func(t *testing.T) {
+			l := open(t, "default")
+			ctx := m.ctx(t)
+			id, _ := l.GetUniqueID()
+			c, err := l.InitRank(ctx, 0, id, 1, 0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.check(t, l, c)
+			if err := l.Close(); !errors.Is(err, nccl.ErrInvalidUsage) {
+				t.Fatalf("Close with an open communicator: %v", err)
+			}
+			if err := c.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.GetUniqueID(); !errors.Is(err, nccl.ErrClosed) {
+				t.Errorf("GetUniqueID after Close: %v", err)
+			}
+			if _, err := l.InitRank(ctx, 0, id, 1, 0, nil); !errors.Is(err, nccl.ErrClosed) {
+				t.Errorf("InitRank after Close: %v", err)
+			}
+			if _, err := l.InitAll(ctx, []int{0, 1}, nil); !errors.Is(err, nccl.ErrClosed) {
+				t.Errorf("InitAll after Close: %v", err)
+			}
+			if _, err := l.MemAlloc(0, nccl.Float32, 16); !errors.Is(err, nccl.ErrClosed) {
+				t.Errorf("MemAlloc after Close: %v", err)
+			}
+			if err := l.Group(func() error { return nil }); !errors.Is(err, nccl.ErrClosed) {
+				t.Errorf("Group after Close: %v", err)
+			}
+		})
 	}
 }
 
@@ -596,41 +1181,63 @@ func TestLibraryClose(t *testing.T) {
 // them then, fails the group if they changed. It also shows the fake catches a
 // caller who changes them.
 func TestAlltoAllvMatricesKeptUntilGroupEnd(t *testing.T) {
-	l := open(t, "vccl11")
-	ranks := initRanks(t, l, 2)
-	bufs := make([][2]nccl.DevicePtr, 2)
-	var wg sync.WaitGroup
-	for r, rk := range ranks { // symmetric registration is collective: one goroutine per rank
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := range bufs[r] {
-				p, err := l.MemAlloc(rk.dev, 4096)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if _, err := rk.comm.WindowRegister(p, 4096, abi.WinCollSymmetric); err != nil {
-					t.Error(err)
-					return
-				}
-				bufs[r][k] = p
-			}
-		}()
+	for _, m := range commModes {
+		t.Run(m.name, func(t *testing.T) { testAlltoAllvMatricesKept(t, m) })
 	}
-	wg.Wait()
-	if t.Failed() {
-		return
+}
+
+func testAlltoAllvMatricesKept(t *testing.T, m commMode) {
+	l := open(t, "vccl11")
+	ranks := startRanks(t, l, 2, m)
+	bufs := make([][2]nccl.Buffer, 2)
+	collective := func(fn func(r int, rk member) error) error {
+		errs := make([]error, len(ranks))
+		var wg sync.WaitGroup
+		for r, rk := range ranks { // symmetric allocation is collective: one goroutine per rank
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[r] = fn(r, rk)
+			}()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+	err := collective(func(r int, rk member) error {
+		if err := rk.comm.SetPath(nccl.Native); err != nil { // the path that reads the matrices late
+			return err
+		}
+		for k := range bufs[r] {
+			b, err := rk.comm.AllocSymmetric(nccl.Int32, 1024)
+			if err != nil {
+				return err
+			}
+			bufs[r][k] = b
+		}
+		return nil
+	})
+	defer collective(func(r int, rk member) error {
+		var err error
+		for _, b := range bufs[r] {
+			if b != (nccl.Buffer{}) {
+				err = errors.Join(err, b.Free())
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	var keep [][]uint64
 	enqueue := func(change bool) error {
 		return l.Group(func() error {
 			for r, rk := range ranks {
-				m := a2avMatrix(2, 3) // fresh arrays, referenced only by the call
+				mat := a2avMatrix(2, 3) // fresh arrays, referenced only by the call
 				if change {
-					keep = m[:]
+					keep = mat[:]
 				}
-				if err := rk.comm.AlltoAllv(bufs[r][0], m[0], m[1], bufs[r][1], m[2], m[3], 0, 0, abi.Int32, rk.s); err != nil {
+				layout := nccl.Layout{SendCounts: mat[0], SendDispls: mat[1], RecvCounts: mat[2], RecvDispls: mat[3]}
+				if err := rk.comm.AlltoAllv(bufs[r][0], bufs[r][1], layout, rk.s); err != nil {
 					return err
 				}
 			}
@@ -650,7 +1257,9 @@ func TestAlltoAllvMatricesKeptUntilGroupEnd(t *testing.T) {
 		t.Fatalf("arrays changed inside the group: %v, want ErrInvalidUsage from the fake", err)
 	}
 	for _, rk := range ranks {
-		l.CUDA().StreamSynchronize(rk.s)
+		if err := rk.s.Synchronize(); err != nil {
+			t.Error(err)
+		}
 	}
 }
 
@@ -688,29 +1297,33 @@ func churn() {
 	}
 }
 
-// TestCopyToDeviceComplete: the fake runtime, like CUDA, returns from a
-// pageable host-to-device cudaMemcpy before the bytes land (they follow on the
-// legacy stream). CopyToDevice promises they are there: a non-blocking stream's
-// copy right after must read them, and a raw Memcpy gives no such promise.
-func TestCopyToDeviceComplete(t *testing.T) {
+// TestCopyInComplete: the fake runtime, like CUDA, returns from a pageable
+// host-to-device cudaMemcpy before the bytes land (they follow on the legacy
+// stream). CopyIn and Buffer.WriteBytes promise they are there: a non-blocking
+// stream's copy right after must read them, and a raw cudaMemcpy (called here
+// through the runtime itself) gives no such promise.
+func TestCopyInComplete(t *testing.T) {
 	l := open(t, "default")
 	cu := l.CUDA()
 	// Staged copies land 2 ms late, so the outcome does not hang on timing.
-	setDelay, err := purego.Dlsym(purego.RTLD_DEFAULT, "fakecuda_set_dma_delay_us")
-	if err != nil {
-		t.Fatal(err)
-	}
+	setDelay := cudaFn(t, cu, "fakecuda_set_dma_delay_us")
 	ccall.Call(setDelay, 2000)
 	defer ccall.Call(setDelay, 0)
-	s, err := cu.StreamCreate(0, abi.StreamNonBlocking)
+	s, err := cu.NewStream(0, nccl.StreamNonBlocking)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cu.StreamDestroy(s)
-	a, _ := cu.Malloc(0, 4096)
-	b, _ := cu.Malloc(0, 4096)
-	defer cu.Free(a)
-	defer cu.Free(b)
+	defer s.Destroy()
+	a, err := cu.Alloc(0, nccl.Uint8, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cu.Alloc(0, nccl.Uint8, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Free()
+	defer b.Free()
 	host, got := make([]byte, 4096), make([]byte, 4096)
 	round := func(it int, copyIn func() error) bool {
 		for k := range host {
@@ -719,26 +1332,37 @@ func TestCopyToDeviceComplete(t *testing.T) {
 		if err := copyIn(); err != nil {
 			t.Fatal(err)
 		}
-		if err := cu.MemcpyAsync(uintptr(b), uintptr(a), len(host), abi.MemcpyDeviceToDevice, s); err != nil {
+		if err := cu.MemcpyAsync(uintptr(b.Ptr()), uintptr(a.Ptr()), len(host), s); err != nil {
 			t.Fatal(err)
 		}
-		if err := cu.StreamSynchronize(s); err != nil {
+		if err := s.Synchronize(); err != nil {
 			t.Fatal(err)
 		}
-		if err := cu.CopyFromDevice(got, b); err != nil {
+		if err := b.ReadBytes(got); err != nil {
 			t.Fatal(err)
 		}
 		return bytes.Equal(got, host)
 	}
 	for it := range 20 {
-		if !round(it, func() error { return cu.CopyToDevice(a, host) }) {
-			t.Fatalf("round %d: the bytes of CopyToDevice had not landed when it returned", it)
+		if !round(it, func() error { return nccl.CopyIn(a, host) }) {
+			t.Fatalf("round %d: the bytes of CopyIn had not landed when it returned", it)
 		}
 	}
+	for it := range 20 {
+		if !round(50+it, func() error { return a.WriteBytes(host) }) {
+			t.Fatalf("round %d: the bytes of WriteBytes had not landed when it returned", it)
+		}
+	}
+	memcpy := cudaFn(t, cu, "cudaMemcpy")
 	stale := 0
 	for it := range 20 {
 		if !round(100+it, func() error {
-			return cu.Memcpy(uintptr(a), uintptr(unsafe.Pointer(&host[0])), len(host), abi.MemcpyHostToDevice)
+			return cu.OnDevice(0, func() error { // the runtime's current device is the destination's
+				if r := ccall.CallPtr(memcpy, uintptr(a.Ptr()), uintptr(unsafe.Pointer(&host[0])), uintptr(len(host)), uintptr(abi.MemcpyHostToDevice)); r != 0 {
+					return fmt.Errorf("cudaMemcpy = %d", r)
+				}
+				return nil
+			})
 		}) {
 			stale++
 		}

@@ -3,7 +3,6 @@ package nccl
 import (
 	"os"
 	"runtime"
-	"time"
 	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
@@ -17,9 +16,6 @@ type CUDA struct {
 	LibraryFile
 	fn [numCUDASymbols]uintptr
 }
-
-// Event is a cudaEvent_t.
-type Event uintptr
 
 // OpenCUDA loads the CUDA runtime alone. Of the options only WithCUDARuntime
 // matters.
@@ -92,6 +88,9 @@ func (cu *CUDA) DeviceCount() (int, error) {
 // OnDevice runs fn on a locked OS thread with dev current, then restores the
 // thread's previous device.
 func (cu *CUDA) OnDevice(dev int, fn func() error) error {
+	if err := checkDevice("cudaSetDevice", dev); err != nil {
+		return err
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var prev int32
@@ -107,40 +106,19 @@ func (cu *CUDA) OnDevice(dev int, fn func() error) error {
 	return fn()
 }
 
-// SetDevice makes dev current on the calling OS thread. Only meaningful on a
-// thread the caller has locked (runtime.LockOSThread); OnDevice is the safe form.
-func (cu *CUDA) SetDevice(dev int) error { return cu.call(cuSetDevice, uintptr(dev)) }
-
-// Device is the calling OS thread's current device (see SetDevice).
-func (cu *CUDA) Device() (int, error) {
-	var d int32
-	err := cu.callPtr(cuGetDevice, uintptr(unsafe.Pointer(&d)))
-	return int(d), err
-}
-
 // DeviceSynchronize waits for all work on device dev.
 func (cu *CUDA) DeviceSynchronize(dev int) error {
+	if err := checkDevice("cudaDeviceSynchronize", dev); err != nil {
+		return err
+	}
 	return cu.OnDevice(dev, func() error { return cu.call(cuDeviceSynchronize) })
 }
 
-// Malloc allocates size bytes on device dev.
-func (cu *CUDA) Malloc(dev, size int) (DevicePtr, error) {
-	if size < 0 {
-		return 0, &CUDAError{Op: "cudaMalloc", Code: abi.CudaErrorInvalidValue, Msg: "negative size"}
-	}
-	var p uintptr
-	err := cu.OnDevice(dev, func() error { return cu.callPtr(cuMalloc, uintptr(unsafe.Pointer(&p)), uintptr(size)) })
-	return DevicePtr(p), err
-}
-
-// Free frees device memory from Malloc.
-func (cu *CUDA) Free(p DevicePtr) error { return cu.call(cuFree, uintptr(p)) }
-
 // MallocHost allocates size bytes of page-locked host memory, usable by
-// asynchronous copies. Free it with FreeHost, never let Go forget it.
+// asynchronous copies. Free it with FreeHost; Go does not.
 func (cu *CUDA) MallocHost(size int) ([]byte, error) {
 	if size <= 0 {
-		return nil, &CUDAError{Op: "cudaMallocHost", Code: abi.CudaErrorInvalidValue, Msg: "size must be positive"}
+		return nil, argError("cudaMallocHost", "size %d: must be positive", size)
 	}
 	var p uintptr
 	if err := cu.callPtr(cuMallocHost, uintptr(unsafe.Pointer(&p)), uintptr(size)); err != nil {
@@ -157,132 +135,35 @@ func (cu *CUDA) FreeHost(b []byte) error {
 	return cu.call(cuFreeHost, uintptr(unsafe.Pointer(&b[0])))
 }
 
-// Memcpy copies n bytes between any two addresses the runtime understands
-// (kind abi.MemcpyDefault lets it tell). Host addresses in Go memory must be kept
-// alive by the caller; CopyToDevice and CopyFromDevice do that for slices.
-// As cudaMemcpy, a copy from pageable host memory to the device may return
-// before the bytes land, and work on a non-blocking stream is not ordered
-// after it; CopyToDevice waits for them.
-func (cu *CUDA) Memcpy(dst, src uintptr, n int, kind abi.MemcpyKind) error {
-	if n < 0 {
-		return &CUDAError{Op: "cudaMemcpy", Code: abi.CudaErrorInvalidValue, Msg: "negative size"}
-	}
-	return cu.call(cuMemcpy, dst, src, uintptr(n), uintptr(kind))
-}
-
-// MemcpyAsync enqueues a copy on s. Host memory must be page-locked (MallocHost)
-// for the copy to be asynchronous, and must stay untouched until s reaches it.
-func (cu *CUDA) MemcpyAsync(dst, src uintptr, n int, kind abi.MemcpyKind, s Stream) error {
-	if n < 0 {
-		return &CUDAError{Op: "cudaMemcpyAsync", Code: abi.CudaErrorInvalidValue, Msg: "negative size"}
-	}
-	return cu.call(cuMemcpyAsync, dst, src, uintptr(n), uintptr(kind), uintptr(s))
-}
-
-// CopyToDevice copies src to device memory at dst and returns once the bytes
-// are there. cudaMemcpy alone returns from a pageable host-to-device copy once
-// the data is staged, before its DMA lands, and work on a non-blocking stream
-// is not ordered after it: CopyToDevice also waits for the legacy stream, which
-// carries that DMA.
-func (cu *CUDA) CopyToDevice(dst DevicePtr, src []byte) error {
-	if len(src) == 0 {
-		return nil
-	}
+// copyToDevice copies src to dst and waits for the bytes to land: a pageable
+// cudaMemcpy returns once the data is staged, before its DMA lands, and work on
+// a non-blocking stream is not ordered after it, so this also waits for the
+// legacy stream of the current device, which carries that DMA. The caller has
+// made the destination's device current.
+func (cu *CUDA) copyToDevice(dst DevicePtr, src []byte) error {
 	if err := cu.callPtr(cuMemcpy, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), uintptr(abi.MemcpyHostToDevice)); err != nil {
 		return err
 	}
 	return cu.call(cuStreamSynchronize, 0)
 }
 
-// CopyFromDevice copies device memory at src into dst, synchronously.
-func (cu *CUDA) CopyFromDevice(dst []byte, src DevicePtr) error {
-	if len(dst) == 0 {
-		return nil
-	}
+// copyFromDevice copies device memory at src into dst, synchronously, on the
+// current device.
+func (cu *CUDA) copyFromDevice(dst []byte, src DevicePtr) error {
 	return cu.callPtr(cuMemcpy, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), uintptr(abi.MemcpyDeviceToHost))
 }
 
-// Memset sets n bytes at p to value.
-func (cu *CUDA) Memset(p DevicePtr, value byte, n int) error {
-	return cu.call(cuMemset, uintptr(p), uintptr(value), uintptr(n))
-}
-
-// MemsetAsync enqueues Memset on s.
-func (cu *CUDA) MemsetAsync(p DevicePtr, value byte, n int, s Stream) error {
-	return cu.call(cuMemsetAsync, uintptr(p), uintptr(value), uintptr(n), uintptr(s))
-}
-
-// StreamCreate creates a stream on device dev; flags abi.StreamNonBlocking keeps
-// it from synchronising with the legacy default stream.
-func (cu *CUDA) StreamCreate(dev int, flags uint32) (Stream, error) {
-	var s uintptr
-	err := cu.OnDevice(dev, func() error {
-		return cu.callPtr(cuStreamCreateWithFlags, uintptr(unsafe.Pointer(&s)), uintptr(flags))
-	})
-	return Stream(s), err
-}
-
-// StreamDestroy destroys a stream (its pending work still completes).
-func (cu *CUDA) StreamDestroy(s Stream) error { return cu.call(cuStreamDestroy, uintptr(s)) }
-
-// StreamSynchronize waits until all work on s is done.
-func (cu *CUDA) StreamSynchronize(s Stream) error { return cu.call(cuStreamSynchronize, uintptr(s)) }
-
-// StreamQuery reports whether all work on s is done, without waiting.
-func (cu *CUDA) StreamQuery(s Stream) (bool, error) {
-	return cu.ready(cuStreamQuery, uintptr(s))
-}
-
-func (cu *CUDA) ready(sym int, h uintptr) (bool, error) {
-	r := abi.CudaError(int32(ccall.Call(cu.fn[sym], h)))
-	switch r {
-	case abi.CudaSuccess:
-		return true, nil
-	case abi.CudaErrorNotReady:
-		return false, nil
+// MemcpyAsync enqueues a copy of n bytes from src to dst on s; both are device
+// or page-locked host addresses (the runtime tells which, by unified addressing).
+func (cu *CUDA) MemcpyAsync(dst, src uintptr, n int, s Stream) error {
+	if n < 0 {
+		return argError("cudaMemcpyAsync", "negative size %d", n)
 	}
-	return false, cu.failure(sym, r)
+	return cu.call(cuMemcpyAsync, dst, src, uintptr(n), uintptr(abi.MemcpyDefault), s.h)
 }
-
-// StreamWaitEvent makes later work on s wait until e completes.
-func (cu *CUDA) StreamWaitEvent(s Stream, e Event) error {
-	return cu.call(cuStreamWaitEvent, uintptr(s), uintptr(e), 0)
-}
-
-// EventCreate creates an event on device dev with abi.Event* flags.
-func (cu *CUDA) EventCreate(dev int, flags uint32) (Event, error) {
-	var e uintptr
-	err := cu.OnDevice(dev, func() error {
-		return cu.callPtr(cuEventCreateWithFlags, uintptr(unsafe.Pointer(&e)), uintptr(flags))
-	})
-	return Event(e), err
-}
-
-// EventRecord records e at the current end of s.
-func (cu *CUDA) EventRecord(e Event, s Stream) error {
-	return cu.call(cuEventRecord, uintptr(e), uintptr(s))
-}
-
-// EventSynchronize waits until e completes.
-func (cu *CUDA) EventSynchronize(e Event) error { return cu.call(cuEventSynchronize, uintptr(e)) }
-
-// EventQuery reports whether e has completed, without waiting.
-func (cu *CUDA) EventQuery(e Event) (bool, error) { return cu.ready(cuEventQuery, uintptr(e)) }
-
-// EventElapsed is the time between two completed events.
-func (cu *CUDA) EventElapsed(start, end Event) (time.Duration, error) {
-	var ms float32
-	if err := cu.callPtr(cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), uintptr(start), uintptr(end)); err != nil {
-		return 0, err
-	}
-	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
-}
-
-// EventDestroy destroys an event.
-func (cu *CUDA) EventDestroy(e Event) error { return cu.call(cuEventDestroy, uintptr(e)) }
 
 // PointerAttributes says what memory p is: device (and which), host, or unknown.
-func (cu *CUDA) PointerAttributes(p uintptr) (abi.PointerAttributes, error) {
+func (cu *CUDA) PointerAttributes(p uintptr) (PointerAttributes, error) {
 	var a abi.PointerAttributes
 	err := cu.callPtr(cuPointerGetAttributes, uintptr(unsafe.Pointer(&a)), p)
 	return a, err

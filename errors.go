@@ -141,8 +141,3 @@ func (e *CUDAError) Is(target error) bool {
 	}
 	return false
 }
-
-// argError is an argument refused before any C call, with NCCL's code for it.
-func argError(op string, format string, args ...any) error {
-	return &Error{Op: op, Code: abi.InvalidArgument, Msg: fmt.Sprintf(format, args...)}
-}

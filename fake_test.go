@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/gonccl/nccl/internal/fakes"
@@ -37,6 +38,17 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	}
+	if useFakesForExamples && os.Getenv("GONCCL_NCCL_LIB") == "" && os.Getenv("GONCCL_CUDART_LIB") == "" {
+		// The Example functions call Open as a program would: the search
+		// finds the fakes through the variables a user would set.
+		dir, err := fakes.Built()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "building the fake libraries:", err)
+			os.Exit(2)
+		}
+		os.Setenv("GONCCL_NCCL_LIB", filepath.Join(dir, "default"))
+		os.Setenv("GONCCL_CUDART_LIB", filepath.Join(dir, "cudart"))
 	}
 	code := m.Run()
 	fakes.Cleanup()

@@ -4,9 +4,8 @@ package nccl_test
 
 import (
 	"bytes"
-	"encoding/binary"
+	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -16,7 +15,6 @@ import (
 	"testing"
 
 	"github.com/gonccl/nccl"
-	"github.com/gonccl/nccl/abi"
 )
 
 // GPU tests run against the real NCCL and CUDA runtime that the search finds
@@ -60,37 +58,36 @@ func TestGPUAllReduceFloat32(t *testing.T) {
 			want[i] += in[r][i]
 		}
 	}
-	bufs := make([]nccl.DevicePtr, n)
+	bufs := make([]nccl.Buffer, n)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for r, rk := range ranks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			host := make([]byte, 4*elems)
-			for i, v := range in[r] {
-				binary.LittleEndian.PutUint32(host[4*i:], math.Float32bits(v))
-			}
 			var err error
-			if bufs[r], err = cu.Malloc(rk.dev, 4*elems); err != nil {
+			if bufs[r], err = cu.Alloc(rk.dev, nccl.Float32, elems); err != nil {
 				errs[r] = err
 				return
 			}
-			if err = cu.CopyToDevice(bufs[r], host); err != nil {
+			if err = nccl.CopyIn(bufs[r], in[r]); err != nil {
 				errs[r] = err
 				return
 			}
-			if err = rk.comm.AllReduce(bufs[r], bufs[r], elems, abi.Float32, abi.Sum, rk.s); err != nil {
+			if err = rk.comm.AllReduce(bufs[r], bufs[r], nccl.Sum, rk.s); err != nil {
 				errs[r] = err
 				return
 			}
-			if err = cu.StreamSynchronize(rk.s); err != nil {
+			if err = rk.s.Synchronize(); err != nil {
 				errs[r] = err
 				return
 			}
-			errs[r] = cu.CopyFromDevice(host, bufs[r])
-			for i := range elems {
-				if got := math.Float32frombits(binary.LittleEndian.Uint32(host[4*i:])); got != want[i] {
+			host := make([]float32, elems)
+			if errs[r] = nccl.CopyOut(host, bufs[r]); errs[r] != nil {
+				return
+			}
+			for i, got := range host {
+				if got != want[i] {
 					t.Errorf("rank %d element %d = %v, want %v", r, i, got, want[i])
 					return
 				}
@@ -102,7 +99,7 @@ func TestGPUAllReduceFloat32(t *testing.T) {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
 		}
-		cu.Free(bufs[r])
+		bufs[r].Free()
 	}
 }
 
@@ -117,35 +114,51 @@ func TestGPUCollectives(t *testing.T) {
 	t.Logf("%d rank-results checked, %d elements", checked.cases.Load()-before, checked.elements.Load())
 }
 
+// TestGPUCollectivesNonBlocking is the same from non-blocking communicators
+// (made from a context with a deadline).
+func TestGPUCollectivesNonBlocking(t *testing.T) {
+	l, n := openReal(t)
+	ranks := initRanksCtx(t, l, n, nonBlockingCtx(t))
+	before := checked.cases.Load()
+	runAllCases(t, l, ranks, rand.New(rand.NewPCG(uint64(n), 10)))
+	t.Logf("%d rank-results checked", checked.cases.Load()-before)
+}
+
 // TestGPUCollectivesInitAll is the same from communicators made by one
-// ncclCommInitAll call in one process.
+// ncclCommInitAll call in one process (blocking), and by InitAll's grouped
+// form (non-blocking).
 func TestGPUCollectivesInitAll(t *testing.T) {
 	l, n := openReal(t)
 	devs := make([]int, n)
 	for i := range devs {
 		devs[i] = i
 	}
-	comms, err := l.InitAll(devs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ranks := make([]rank, n)
-	for i, c := range comms {
-		s, err := l.CUDA().StreamCreate(i, abi.StreamNonBlocking)
+	for _, ctx := range []context.Context{context.Background(), nonBlockingCtx(t)} {
+		comms, err := l.InitAll(ctx, devs, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ranks[i] = rank{comm: c, s: s, dev: i}
-	}
-	defer func() {
-		for _, rk := range ranks {
-			rk.comm.Destroy()
-			l.CUDA().StreamDestroy(rk.s)
+		ranks := make([]rank, n)
+		for i, c := range comms {
+			s, err := l.CUDA().NewStream(i, nccl.StreamNonBlocking)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ranks[i] = rank{comm: c, s: s, dev: i}
+			if c.Blocking() != (ctx.Done() == nil) {
+				t.Errorf("InitAll (can end: %v): rank %d Blocking() = %v", ctx.Done() != nil, i, c.Blocking())
+			}
 		}
-	}()
-	before := checked.cases.Load()
-	runAllCases(t, l, ranks, rand.New(rand.NewPCG(uint64(n), 8)))
-	t.Logf("%d rank-results checked", checked.cases.Load()-before)
+		before := checked.cases.Load()
+		runAllCases(t, l, ranks, rand.New(rand.NewPCG(uint64(n), 8)))
+		t.Logf("InitAll (can end: %v): %d rank-results checked", ctx.Done() != nil, checked.cases.Load()-before)
+		for _, rk := range ranks {
+			if err := rk.comm.Close(context.Background()); err != nil {
+				t.Error(err)
+			}
+			rk.s.Destroy()
+		}
+	}
 }
 
 // TestGPUCollectivesMultiProcess runs the cases with one process per GPU: the
@@ -199,39 +212,47 @@ func TestGPUChildRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	comm, err := l.InitRank(me, id, n, me)
+	comm, err := l.InitRank(context.Background(), me, id, n, me, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer comm.Destroy()
-	s, err := l.CUDA().StreamCreate(me, abi.StreamNonBlocking)
+	defer comm.Close(context.Background())
+	s, err := l.CUDA().NewStream(me, nccl.StreamNonBlocking)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Destroy()
 	ranks := make([]rank, n)
 	ranks[me] = rank{comm: comm, s: s, dev: me}
 	runAllCases(t, l, ranks, rand.New(rand.NewPCG(uint64(n), 9)))
 	t.Logf("rank %d of %d (pid %d): %d results checked, %d elements", me, n, os.Getpid(), checked.cases.Load(), checked.elements.Load())
 }
 
-// TestGPUCopyToDeviceComplete: CopyToDevice is documented as synchronous, so
-// work a non-blocking stream starts right after it (which CUDA does not order
-// after the legacy stream's copy) must see the new bytes. CUDA returns from a
-// pageable host-to-device cudaMemcpy once the data is staged, before its DMA
-// lands; each size is tried many times with fresh bytes.
-func TestGPUCopyToDeviceComplete(t *testing.T) {
+// TestGPUCopyInComplete: WriteBytes (what CopyIn does) is documented to
+// return once the bytes are on the device, so work a non-blocking stream starts
+// right after it (which CUDA does not order after the legacy stream's copy)
+// must see the new bytes. CUDA returns from a pageable host-to-device
+// cudaMemcpy once the data is staged, before its DMA lands; each size is tried
+// many times with fresh bytes.
+func TestGPUCopyInComplete(t *testing.T) {
 	l, _ := openReal(t)
 	cu := l.CUDA()
-	s, err := cu.StreamCreate(0, abi.StreamNonBlocking)
+	s, err := cu.NewStream(0, nccl.StreamNonBlocking)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cu.StreamDestroy(s)
+	defer s.Destroy()
 	const most = 4 << 20
-	a, _ := cu.Malloc(0, most)
-	b, _ := cu.Malloc(0, most)
-	defer cu.Free(a)
-	defer cu.Free(b)
+	a, err := cu.Alloc(0, nccl.Uint8, most)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Free()
+	b, err := cu.Alloc(0, nccl.Uint8, most)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
 	host, got := make([]byte, most), make([]byte, most)
 	for _, size := range []int{256, 8192, 65536, 1 << 20, most} {
 		stale := 0
@@ -239,16 +260,16 @@ func TestGPUCopyToDeviceComplete(t *testing.T) {
 			for k := range host[:size] {
 				host[k] = byte(it*31 + k%251)
 			}
-			if err := cu.CopyToDevice(a, host[:size]); err != nil {
+			if err := a.WriteBytes(host[:size]); err != nil {
 				t.Fatal(err)
 			}
-			if err := cu.MemcpyAsync(uintptr(b), uintptr(a), size, abi.MemcpyDeviceToDevice, s); err != nil {
+			if err := cu.MemcpyAsync(uintptr(b.Ptr()), uintptr(a.Ptr()), size, s); err != nil {
 				t.Fatal(err)
 			}
-			if err := cu.StreamSynchronize(s); err != nil {
+			if err := s.Synchronize(); err != nil {
 				t.Fatal(err)
 			}
-			if err := cu.CopyFromDevice(got[:size], b); err != nil {
+			if err := b.ReadBytes(got[:size]); err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(got[:size], host[:size]) {
@@ -256,9 +277,35 @@ func TestGPUCopyToDeviceComplete(t *testing.T) {
 			}
 		}
 		if stale > 0 {
-			t.Errorf("%d bytes: %d of 200 copies not complete when CopyToDevice returned", size, stale)
+			t.Errorf("%d bytes: %d of 200 copies not complete when WriteBytes returned", size, stale)
 		} else {
 			t.Logf("%d bytes: 200 of 200 copies complete", size)
 		}
 	}
+}
+
+// TestGPUTyped: AlltoAll, Gather and Scatter by the native and the grouped path
+// for every type, typed reductions in place, and AlltoAllv by every form
+// (native on a VCCL build), on the real library the search finds.
+func TestGPUTyped(t *testing.T) {
+	l, n := openReal(t)
+	t.Logf("ncclAlltoAllv %v", l.Has("ncclAlltoAllv"))
+	ranks := initRanks(t, l, n)
+	rng := rand.New(rand.NewPCG(5, 6))
+	movement[int8](t, l, ranks, rng)
+	movement[uint8](t, l, ranks, rng)
+	movement[int32](t, l, ranks, rng)
+	movement[uint32](t, l, ranks, rng)
+	movement[int64](t, l, ranks, rng)
+	movement[uint64](t, l, ranks, rng)
+	movement[float32](t, l, ranks, rng)
+	movement[float64](t, l, ranks, rng)
+	movement[nccl.F16](t, l, ranks, rng)
+	movement[nccl.BF16](t, l, ranks, rng)
+	if l.SupportsType(nccl.Float8e4m3) {
+		movement[nccl.F8E4M3](t, l, ranks, rng)
+		movement[nccl.F8E5M2](t, l, ranks, rng)
+	}
+	typedReductions(t, l, ranks)
+	alltoallvPaths(t, l, ranks)
 }

@@ -1,19 +1,19 @@
 package nccl_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gonccl/nccl"
-	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/collectives"
 )
 
@@ -35,9 +35,24 @@ type rank struct {
 	dev  int
 }
 
-// initRanks makes an n-rank communicator, one goroutine per rank on device r%8,
-// the id passed by value to each.
+// initRanks makes an n-rank blocking communicator, one goroutine per rank on
+// device r%8, the id passed by value to each.
 func initRanks(t testing.TB, l *nccl.Library, n int) []rank {
+	t.Helper()
+	return initRanksCtx(t, l, n, context.Background())
+}
+
+// nonBlockingCtx is a context that can end: communicators made from it are
+// non-blocking.
+func nonBlockingCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// initRanksCtx is initRanks from ctx: a context that can end makes the
+// communicators non-blocking. Cleanup closes them and their streams.
+func initRanksCtx(t testing.TB, l *nccl.Library, n int, ctx context.Context) []rank {
 	t.Helper()
 	id, err := l.GetUniqueID()
 	if err != nil {
@@ -51,190 +66,115 @@ func initRanks(t testing.TB, l *nccl.Library, n int) []rank {
 		go func() {
 			defer wg.Done()
 			dev := r % 8
-			c, err := l.InitRank(dev, id, n, r)
+			c, err := l.InitRank(ctx, dev, id, n, r, nil)
 			if err != nil {
 				errs[r] = err
 				return
 			}
-			s, err := l.CUDA().StreamCreate(dev, abi.StreamNonBlocking)
+			s, err := l.CUDA().NewStream(dev, nccl.StreamNonBlocking)
 			ranks[r] = rank{comm: c, s: s, dev: dev}
 			errs[r] = err
 		}()
 	}
 	wg.Wait()
+	t.Cleanup(func() {
+		for _, rk := range ranks {
+			if rk.comm != nil {
+				rk.comm.Close(context.Background())
+			}
+			if rk.s != (nccl.Stream{}) {
+				rk.s.Destroy()
+			}
+		}
+	})
+	wantBlocking := ctx.Done() == nil
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
 		}
-		if ranks[r].comm.Rank() != r || ranks[r].comm.Count() != n || ranks[r].comm.Device() != r%8 {
-			t.Fatalf("rank %d: comm says rank %d of %d on device %d", r, ranks[r].comm.Rank(), ranks[r].comm.Count(), ranks[r].comm.Device())
+		c := ranks[r].comm
+		if c.Rank() != r || c.Size() != n || c.Device() != r%8 || c.Blocking() != wantBlocking {
+			t.Fatalf("rank %d: comm says rank %d of %d on device %d, blocking %v", r, c.Rank(), c.Size(), c.Device(), c.Blocking())
 		}
 	}
-	t.Cleanup(func() {
-		for _, rk := range ranks {
-			rk.comm.Destroy()
-			l.CUDA().StreamDestroy(rk.s)
-		}
-	})
 	return ranks
 }
 
-// codec turns reference values (float64) into a data type's bytes and back.
-// Reference values are small integers, so every partial result is exact and the
-// order of reduction cannot matter; integers wrap in the type's width.
-type codec struct {
-	dt abi.DataType
-}
-
-func (c codec) put(b []byte, v float64) {
-	switch c.dt {
-	case abi.Int8, abi.Uint8:
-		b[0] = byte(int64(v))
-	case abi.Int32, abi.Uint32:
-		binary.LittleEndian.PutUint32(b, uint32(int64(v)))
-	case abi.Int64, abi.Uint64:
-		binary.LittleEndian.PutUint64(b, uint64(int64(v)))
-	case abi.Float16:
-		binary.LittleEndian.PutUint16(b, uint16(collectives.Float16From(v)))
-	case abi.Bfloat16:
-		binary.LittleEndian.PutUint16(b, uint16(collectives.BFloat16From(v)))
-	case abi.Float8e4m3:
-		b[0] = byte(collectives.Float8E4M3From(v))
-	case abi.Float8e5m2:
-		b[0] = byte(collectives.Float8E5M2From(v))
-	case abi.Float32:
-		binary.LittleEndian.PutUint32(b, math.Float32bits(float32(v)))
-	case abi.Float64:
-		binary.LittleEndian.PutUint64(b, math.Float64bits(v))
-	default:
-		panic(c.dt)
+// preMulSum makes the op "sum of v × x" for dt's Go type, with the scalar read
+// from the host.
+func preMulSum(c *nccl.Comm, dt nccl.DataType, v float64) (nccl.RedOp, error) {
+	switch dt {
+	case nccl.Int8:
+		return nccl.PreMulSum(c, int8(v))
+	case nccl.Uint8:
+		return nccl.PreMulSum(c, uint8(v))
+	case nccl.Int32:
+		return nccl.PreMulSum(c, int32(v))
+	case nccl.Uint32:
+		return nccl.PreMulSum(c, uint32(v))
+	case nccl.Int64:
+		return nccl.PreMulSum(c, int64(v))
+	case nccl.Uint64:
+		return nccl.PreMulSum(c, uint64(v))
+	case nccl.Float16:
+		return nccl.PreMulSum(c, nccl.F16From(v))
+	case nccl.Bfloat16:
+		return nccl.PreMulSum(c, nccl.BF16From(v))
+	case nccl.Float8e4m3:
+		return nccl.PreMulSum(c, nccl.F8E4M3From(v))
+	case nccl.Float8e5m2:
+		return nccl.PreMulSum(c, nccl.F8E5M2From(v))
+	case nccl.Float32:
+		return nccl.PreMulSum(c, float32(v))
+	case nccl.Float64:
+		return nccl.PreMulSum(c, v)
 	}
+	panic(dt)
 }
 
-func (c codec) get(b []byte) float64 {
-	switch c.dt {
-	case abi.Int8:
-		return float64(int8(b[0]))
-	case abi.Uint8:
-		return float64(b[0])
-	case abi.Int32:
-		return float64(int32(binary.LittleEndian.Uint32(b)))
-	case abi.Uint32:
-		return float64(binary.LittleEndian.Uint32(b))
-	case abi.Int64:
-		return float64(int64(binary.LittleEndian.Uint64(b)))
-	case abi.Uint64:
-		return float64(binary.LittleEndian.Uint64(b))
-	case abi.Float16:
-		return collectives.Float16(binary.LittleEndian.Uint16(b)).Float64()
-	case abi.Bfloat16:
-		return collectives.BFloat16(binary.LittleEndian.Uint16(b)).Float64()
-	case abi.Float8e4m3:
-		return collectives.Float8E4M3(b[0]).Float64()
-	case abi.Float8e5m2:
-		return collectives.Float8E5M2(b[0]).Float64()
-	case abi.Float32:
-		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))
-	case abi.Float64:
-		return math.Float64frombits(binary.LittleEndian.Uint64(b))
+// reduction is one of the reductions the collective cases run: a built-in op,
+// or a PreMulSum by premulScalar.
+type reduction struct {
+	name   string
+	op     nccl.RedOp // built-in; unused for PreMulSum
+	premul bool
+}
+
+const premulScalar = 2
+
+var reductions = []reduction{{"sum", nccl.Sum, false}, {"prod", nccl.Prod, false}, {"max", nccl.Max, false},
+	{"min", nccl.Min, false}, {"avg", nccl.Avg, false}, {"premul", 0, true}}
+
+// randomOp is the op Random draws inputs for: PreMulSum counts as not built in.
+func (red reduction) randomOp() nccl.RedOp {
+	if red.premul {
+		return nccl.RedOp(5)
 	}
-	panic(c.dt)
+	return red.op
 }
 
-// round is what the type stores for v.
-func (c codec) round(v float64) float64 {
-	b := make([]byte, 8)
-	c.put(b, v)
-	return c.get(b)
-}
-
-func (c codec) isFloat() bool {
-	switch c.dt {
-	case abi.Float16, abi.Bfloat16, abi.Float8e4m3, abi.Float8e5m2, abi.Float32, abi.Float64:
-		return true
+// reference is the reduction of every rank's input, from package collectives.
+func (red reduction) reference(dt nccl.DataType, in [][]byte) []byte {
+	if red.premul {
+		return collectives.PreMulSum(dt, premulScalar, in)
 	}
-	return false
-}
-
-func (c codec) unsigned() bool {
-	return c.dt == abi.Uint8 || c.dt == abi.Uint32 || c.dt == abi.Uint64
-}
-
-// random draws a value for op: small enough that every sum of 8 and every
-// product is exact in the type (fp8 e5m2 holds integers to 8 exactly, e4m3 to 16).
-func (c codec) random(rng *rand.Rand, op string) float64 {
-	if op == "prod" {
-		v := float64(1 + rng.IntN(2))
-		if !c.unsigned() && rng.IntN(4) == 0 {
-			v = -v
-		}
-		return v
-	}
-	lo, hi := -3, 3
-	switch {
-	case c.unsigned():
-		lo = 0
-	case c.dt == abi.Float8e5m2:
-		lo, hi = 0, 1
-	case c.dt == abi.Float8e4m3:
-		lo, hi = 0, 2
-	}
-	return float64(lo + rng.IntN(hi-lo+1))
-}
-
-// reduce combines the ranks' values the way op defines.
-func (c codec) reduce(op string, vals []float64) float64 {
-	acc := vals[0]
-	for _, v := range vals[1:] {
-		switch op {
-		case "sum", "avg":
-			acc += v
-		case "premul":
-			acc += v // scaled below
-		case "prod":
-			acc *= v
-		case "max":
-			acc = math.Max(acc, v)
-		case "min":
-			acc = math.Min(acc, v)
-		}
-	}
-	switch op {
-	case "premul":
-		acc = 0
-		for _, v := range vals {
-			acc += c.round(2 * v)
-		}
-	case "avg":
-		n := float64(len(vals))
-		if c.isFloat() {
-			acc /= n
-		} else {
-			acc = math.Trunc(c.round(acc) / n)
-		}
-	}
-	return c.round(acc)
-}
-
-var ops = map[string]abi.RedOp{"sum": abi.Sum, "prod": abi.Prod, "max": abi.Max, "min": abi.Min, "avg": abi.Avg}
-
-// buffers are one rank's device buffers.
-type buffers struct {
-	send, recv nccl.DevicePtr
+	return collectives.Reduce(dt, red.op, in)
 }
 
 // collCase is one collective: sizes of the buffers per rank (in elements), how to
 // run it, and the expected receive buffer computed from every rank's input.
 type collCase struct {
 	name      string
+	reduces   bool
 	sendElems func(n int) int
 	recvElems func(n int) int
-	// inPlace gives the send pointer inside recv (element offset) for the in-place
+	// inPlace gives send's offset inside recv (in elements) for the in-place
 	// form, or -1 when the operation has no in-place form for this rank.
 	inPlace func(rank, n int) int
-	run     func(rk rank, b buffers, dt abi.DataType, op abi.RedOp) error
-	// want returns the expected recv of rank r, or nil where recv is undefined.
-	want func(c codec, op string, r, n int, in [][]float64, recv0 []float64) []float64
+	run     func(rk rank, send, recv nccl.Buffer, op nccl.RedOp) error
+	// want is rank r's expected recv, from package collectives, or nil where recv
+	// is undefined; reduced is the reduction of every rank's input.
+	want func(r, n int, in [][]byte, reduced func() []byte) []byte
 }
 
 const count = 97 // odd, so no operation works by accident on aligned halves
@@ -243,102 +183,73 @@ func collCases(root int) []collCase {
 	per := func(k int) func(int) int { return func(n int) int { return k } }
 	times := func(k int) func(int) int { return func(n int) int { return k * n } }
 	return []collCase{
-		{"AllReduce", per(count), per(count), func(r, n int) int { return 0 },
-			func(rk rank, b buffers, dt abi.DataType, op abi.RedOp) error {
-				return rk.comm.AllReduce(b.send, b.recv, count, dt, op, rk.s)
+		{"AllReduce", true, per(count), per(count), func(r, n int) int { return 0 },
+			func(rk rank, send, recv nccl.Buffer, op nccl.RedOp) error {
+				return rk.comm.AllReduce(send, recv, op, rk.s)
 			},
-			func(c codec, op string, r, n int, in [][]float64, _ []float64) []float64 {
-				return elementwise(count, func(i int) float64 { return c.reduce(op, column(in, i)) })
-			}},
-		{"Reduce", per(count), per(count), func(r, n int) int { return 0 },
-			func(rk rank, b buffers, dt abi.DataType, op abi.RedOp) error {
-				return rk.comm.Reduce(b.send, b.recv, count, dt, op, root, rk.s)
+			func(r, n int, in [][]byte, reduced func() []byte) []byte { return reduced() }},
+		{"Reduce", true, per(count), per(count), func(r, n int) int { return 0 },
+			func(rk rank, send, recv nccl.Buffer, op nccl.RedOp) error {
+				return rk.comm.Reduce(send, recv, op, root, rk.s)
 			},
-			func(c codec, op string, r, n int, in [][]float64, recv0 []float64) []float64 {
+			func(r, n int, in [][]byte, reduced func() []byte) []byte {
 				if r != root%n {
 					return nil
 				}
-				return elementwise(count, func(i int) float64 { return c.reduce(op, column(in, i)) })
+				return reduced()
 			}},
-		{"ReduceScatter", times(count), per(count), func(r, n int) int { return -1 },
-			func(rk rank, b buffers, dt abi.DataType, op abi.RedOp) error {
-				return rk.comm.ReduceScatter(b.send, b.recv, count, dt, op, rk.s)
+		{"ReduceScatter", true, times(count), per(count), func(r, n int) int { return -1 },
+			func(rk rank, send, recv nccl.Buffer, op nccl.RedOp) error {
+				return rk.comm.ReduceScatter(send, recv, op, rk.s)
 			},
-			func(c codec, op string, r, n int, in [][]float64, _ []float64) []float64 {
-				return elementwise(count, func(i int) float64 { return c.reduce(op, column(in, r*count+i)) })
+			func(r, n int, in [][]byte, reduced func() []byte) []byte {
+				return collectives.Blocks(reduced(), n)[r]
 			}},
-		{"Broadcast", per(count), per(count), func(r, n int) int { return 0 },
-			func(rk rank, b buffers, dt abi.DataType, op abi.RedOp) error {
-				return rk.comm.Broadcast(b.send, b.recv, count, dt, root, rk.s)
+		{"Broadcast", false, per(count), per(count), func(r, n int) int { return 0 },
+			func(rk rank, send, recv nccl.Buffer, op nccl.RedOp) error {
+				return rk.comm.Broadcast(send, recv, root, rk.s)
 			},
-			func(c codec, op string, r, n int, in [][]float64, _ []float64) []float64 {
-				return in[root%n]
-			}},
-		{"AllGather", per(count), times(count), func(r, n int) int { return r * count },
-			func(rk rank, b buffers, dt abi.DataType, op abi.RedOp) error {
-				return rk.comm.AllGather(b.send, b.recv, count, dt, rk.s)
+			func(r, n int, in [][]byte, _ func() []byte) []byte { return in[root%n] }},
+		{"AllGather", false, per(count), times(count), func(r, n int) int { return r * count },
+			func(rk rank, send, recv nccl.Buffer, op nccl.RedOp) error {
+				return rk.comm.AllGather(send, recv, rk.s)
 			},
-			func(c codec, op string, r, n int, in [][]float64, _ []float64) []float64 {
-				var out []float64
-				for p := range n {
-					out = append(out, in[p]...)
-				}
-				return out
-			}},
-		{"AlltoAll", times(count), times(count), func(r, n int) int { return -1 },
-			func(rk rank, b buffers, dt abi.DataType, op abi.RedOp) error {
-				return rk.comm.AlltoAll(b.send, b.recv, count, dt, rk.s)
+			func(r, n int, in [][]byte, _ func() []byte) []byte { return collectives.AllGather(in) }},
+		{"AlltoAll", false, times(count), times(count), func(r, n int) int { return -1 },
+			func(rk rank, send, recv nccl.Buffer, op nccl.RedOp) error {
+				return rk.comm.AlltoAll(send, recv, rk.s)
 			},
-			func(c codec, op string, r, n int, in [][]float64, _ []float64) []float64 {
-				var out []float64
-				for p := range n {
-					out = append(out, in[p][r*count:(r+1)*count]...)
-				}
-				return out
-			}},
-		{"Gather", per(count), times(count), func(r, n int) int { return r * count },
-			func(rk rank, b buffers, dt abi.DataType, op abi.RedOp) error {
-				return rk.comm.Gather(b.send, b.recv, count, dt, root, rk.s)
+			func(r, n int, in [][]byte, _ func() []byte) []byte { return collectives.AlltoAll(in)[r] }},
+		{"Gather", false, per(count), times(count), func(r, n int) int { return r * count },
+			func(rk rank, send, recv nccl.Buffer, op nccl.RedOp) error {
+				return rk.comm.Gather(send, recv, root, rk.s)
 			},
-			func(c codec, op string, r, n int, in [][]float64, recv0 []float64) []float64 {
+			func(r, n int, in [][]byte, _ func() []byte) []byte {
 				if r != root%n {
 					return nil
 				}
-				var out []float64
-				for p := range n {
-					out = append(out, in[p]...)
-				}
-				return out
+				return collectives.AllGather(in)
 			}},
-		{"Scatter", times(count), per(count), func(r, n int) int { return -1 },
-			func(rk rank, b buffers, dt abi.DataType, op abi.RedOp) error {
-				return rk.comm.Scatter(b.send, b.recv, count, dt, root, rk.s)
+		{"Scatter", false, times(count), per(count), func(r, n int) int { return -1 },
+			func(rk rank, send, recv nccl.Buffer, op nccl.RedOp) error {
+				return rk.comm.Scatter(send, recv, root, rk.s)
 			},
-			func(c codec, op string, r, n int, in [][]float64, _ []float64) []float64 {
-				return in[root%n][r*count : (r+1)*count]
-			}},
+			func(r, n int, in [][]byte, _ func() []byte) []byte { return collectives.Blocks(in[root%n], n)[r] }},
 	}
 }
 
-func elementwise(n int, f func(int) float64) []float64 {
-	out := make([]float64, n)
-	for i := range out {
-		out[i] = f(i)
+// repeat is n elements of v in dt.
+func repeat(dt nccl.DataType, n int, v float64) []byte {
+	vals := make([]float64, n)
+	for i := range vals {
+		vals[i] = v
 	}
-	return out
+	return collectives.Encode(dt, vals)
 }
 
-func column(in [][]float64, i int) []float64 {
-	out := make([]float64, len(in))
-	for r := range in {
-		out[r] = in[r][i]
-	}
-	return out
-}
-
-func allTypes(l *nccl.Library) []abi.DataType {
-	var out []abi.DataType
-	for dt := abi.Int8; dt <= abi.Float8e5m2; dt++ {
+func allTypes(l *nccl.Library) []nccl.DataType {
+	var out []nccl.DataType
+	for dt := nccl.Int8; dt <= nccl.Float8e5m2; dt++ {
 		if l.SupportsType(dt) {
 			out = append(out, dt)
 		}
@@ -346,19 +257,21 @@ func allTypes(l *nccl.Library) []abi.DataType {
 	return out
 }
 
-// runCollective runs one case on every rank and checks every element.
-func runCollective(t *testing.T, l *nccl.Library, ranks []rank, cc collCase, c codec, opName string, inPlace bool, rng *rand.Rand) {
+// runCollective runs one case on every rank and checks every element against
+// package collectives' reference.
+func runCollective(t *testing.T, l *nccl.Library, ranks []rank, cc collCase, dt nccl.DataType, red reduction, inPlace bool, rng *rand.Rand) {
 	t.Helper()
 	cu := l.CUDA()
 	n := len(ranks)
-	sz := c.dt.Size()
-	in := make([][]float64, n)
-	recv0 := make([][]float64, n)
-	bufs := make([]buffers, n)
-	var free []nccl.DevicePtr
+	sz := dt.Size()
+	in := make([][]byte, n)
+	recv0 := make([][]byte, n)
+	sends := make([]nccl.Buffer, n)
+	recvs := make([]nccl.Buffer, n)
+	var free []nccl.Buffer
 	defer func() {
-		for _, p := range free {
-			cu.Free(p)
+		for _, b := range free {
+			b.Free()
 		}
 	}()
 	// Every rank's input, in rank order from rng: a process holding only some of
@@ -366,14 +279,18 @@ func runCollective(t *testing.T, l *nccl.Library, ranks []rank, cc collCase, c c
 	for r := range ranks {
 		sn, rn := cc.sendElems(n), cc.recvElems(n)
 		// recv starts with values no result has, so stale data shows.
-		recv0[r] = elementwise(rn, func(int) float64 { return c.round(7) })
-		in[r] = elementwise(sn, func(int) float64 { return c.round(c.random(rng, opName)) })
+		recv0[r] = repeat(dt, rn, 7)
+		vals := make([]float64, sn)
+		for i := range vals {
+			vals[i] = collectives.Random(rng, dt, red.randomOp())
+		}
+		in[r] = collectives.Encode(dt, vals)
 		if inPlace {
 			off := cc.inPlace(r, n)
 			if off < 0 {
 				t.Fatalf("%s has no in-place form", cc.name)
 			}
-			copy(recv0[r][off:], in[r])
+			copy(recv0[r][off*sz:], in[r])
 		}
 	}
 	for r, rk := range ranks {
@@ -381,49 +298,40 @@ func runCollective(t *testing.T, l *nccl.Library, ranks []rank, cc collCase, c c
 			continue // another process's rank
 		}
 		sn, rn := cc.sendElems(n), cc.recvElems(n)
-		recv, err := cu.Malloc(rk.dev, rn*sz)
+		recv, err := cu.Alloc(rk.dev, dt, rn)
 		if err != nil {
 			t.Fatal(err)
 		}
 		free = append(free, recv)
 		send := recv
 		if inPlace {
-			send = recv + nccl.DevicePtr(cc.inPlace(r, n)*sz)
+			off := cc.inPlace(r, n)
+			send = recv.Slice(off, off+sn)
 		} else {
-			if send, err = cu.Malloc(rk.dev, sn*sz); err != nil {
+			if send, err = cu.Alloc(rk.dev, dt, sn); err != nil {
 				t.Fatal(err)
 			}
 			free = append(free, send)
 		}
-		host := make([]byte, rn*sz)
-		for i, v := range recv0[r] {
-			c.put(host[i*sz:], v)
-		}
-		if err := cu.CopyToDevice(recv, host); err != nil {
+		if err := recv.WriteBytes(recv0[r]); err != nil {
 			t.Fatal(err)
 		}
-		host = make([]byte, sn*sz)
-		for i, v := range in[r] {
-			c.put(host[i*sz:], v)
-		}
-		if err := cu.CopyToDevice(send, host); err != nil {
+		if err := send.WriteBytes(in[r]); err != nil {
 			t.Fatal(err)
 		}
-		bufs[r] = buffers{send: send, recv: recv}
+		sends[r], recvs[r] = send, recv
 	}
 
-	op := ops[opName]
-	var premul []abi.RedOp
-	if opName == "premul" {
-		premul = make([]abi.RedOp, n)
-		scalar := make([]byte, sz)
-		c.put(scalar, 2)
+	op := red.op
+	var premul []nccl.RedOp
+	if red.premul {
+		premul = make([]nccl.RedOp, n)
 		for r, rk := range ranks {
 			if rk.comm == nil {
 				continue
 			}
 			var err error
-			if premul[r], err = rk.comm.CreatePreMulSum(scalar, c.dt); err != nil {
+			if premul[r], err = preMulSum(rk.comm, dt, premulScalar); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -441,8 +349,8 @@ func runCollective(t *testing.T, l *nccl.Library, ranks []rank, cc collCase, c c
 			if premul != nil {
 				o = premul[r]
 			}
-			if errs[r] = cc.run(rk, bufs[r], c.dt, o); errs[r] == nil {
-				errs[r] = cu.StreamSynchronize(rk.s)
+			if errs[r] = cc.run(rk, sends[r], recvs[r], o); errs[r] == nil {
+				errs[r] = rk.s.Synchronize()
 			}
 		}()
 	}
@@ -451,6 +359,13 @@ func runCollective(t *testing.T, l *nccl.Library, ranks []rank, cc collCase, c c
 		if err != nil {
 			t.Fatalf("%s rank %d: %v", cc.name, r, err)
 		}
+	}
+	var reducedOnce []byte
+	reduced := func() []byte {
+		if reducedOnce == nil {
+			reducedOnce = red.reference(dt, in)
+		}
+		return reducedOnce
 	}
 	for r, rk := range ranks {
 		if rk.comm == nil {
@@ -461,22 +376,24 @@ func runCollective(t *testing.T, l *nccl.Library, ranks []rank, cc collCase, c c
 				t.Fatal(err)
 			}
 		}
-		want := cc.want(c, opName, r, n, in, recv0[r])
+		want := cc.want(r, n, in, reduced)
 		if want == nil {
 			continue
 		}
-		host := make([]byte, len(want)*sz)
-		if err := cu.CopyFromDevice(host, bufs[r].recv); err != nil {
+		if len(want) != recvs[r].Size() {
+			t.Fatalf("%s: reference of %d bytes for a receive buffer of %d", cc.name, len(want), recvs[r].Size())
+		}
+		got := make([]byte, len(want))
+		if err := recvs[r].ReadBytes(got); err != nil {
 			t.Fatal(err)
 		}
-		for i, w := range want {
-			if got := c.get(host[i*sz:]); got != w && !(math.IsNaN(got) && math.IsNaN(w)) {
-				t.Fatalf("%s %v %s in-place=%v, %d ranks: rank %d element %d = %v, want %v",
-					cc.name, c.dt, opName, inPlace, n, r, i, got, w)
-			}
+		if i := collectives.Mismatch(dt, got, want); i >= 0 {
+			t.Fatalf("%s %v %s in-place=%v, %d ranks: rank %d element %d = %v, want %v",
+				cc.name, dt, red.name, inPlace, n, r, i,
+				collectives.Decode(dt, got[i*sz:(i+1)*sz])[0], collectives.Decode(dt, want[i*sz:(i+1)*sz])[0])
 		}
 		checked.cases.Add(1)
-		checked.elements.Add(int64(len(want)))
+		checked.elements.Add(int64(len(want) / sz))
 	}
 }
 
@@ -484,7 +401,8 @@ func runCollective(t *testing.T, l *nccl.Library, ranks []rank, cc collCase, c c
 var checked struct{ cases, elements atomic.Int64 }
 
 // TestCollectives runs every collective, data type, reduction and in-place form
-// on the fake NCCL with 1, 2, 3, 4 and 8 ranks as goroutines.
+// on the fake NCCL with 1, 2, 3, 4 and 8 ranks as goroutines, from blocking
+// communicators, and from non-blocking ones on 3 ranks.
 func TestCollectives(t *testing.T) {
 	for _, variant := range []string{"default", "old"} {
 		l := open(t, variant)
@@ -494,27 +412,28 @@ func TestCollectives(t *testing.T) {
 				runAllCases(t, l, ranks, rand.New(rand.NewPCG(uint64(n), 42)))
 			})
 		}
+		t.Run(variant+"/3ranks-nonblocking", func(t *testing.T) {
+			ranks := initRanksCtx(t, l, 3, nonBlockingCtx(t))
+			runAllCases(t, l, ranks, rand.New(rand.NewPCG(3, 43)))
+		})
 	}
 }
 
-// runAllCases runs every case the library has with every type and reduction.
+// runAllCases runs every case with every type and reduction the library has.
+// AlltoAll, Gather and Scatter run natively where the library has them and as
+// grouped Send/Recv otherwise (TestNativeAndGrouped runs both on one library).
 func runAllCases(t *testing.T, l *nccl.Library, ranks []rank, rng *rand.Rand) {
 	n := len(ranks)
 	for _, cc := range collCases(n - 1) {
-		if !l.Has("nccl" + cc.name) {
-			continue // AlltoAll, Gather, Scatter before 2.28: see the fallbacks in collectives
-		}
-		reduces := strings.Contains(cc.name, "Reduce")
 		for _, dt := range allTypes(l) {
-			c := codec{dt}
-			opNames := []string{""}
-			if reduces {
-				opNames = []string{"sum", "prod", "max", "min", "avg", "premul"}
+			reds := []reduction{{name: "none"}}
+			if cc.reduces {
+				reds = reductions
 			}
-			for _, opName := range opNames {
-				runCollective(t, l, ranks, cc, c, opName, false, rng)
+			for _, red := range reds {
+				runCollective(t, l, ranks, cc, dt, red, false, rng)
 				if cc.inPlace(0, n) >= 0 {
-					runCollective(t, l, ranks, cc, c, opName, true, rng)
+					runCollective(t, l, ranks, cc, dt, red, true, rng)
 				}
 			}
 		}
@@ -529,16 +448,23 @@ func TestSendRecvRing(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 4, 8} {
 		ranks := initRanks(t, l, n)
 		const elems = 1000
-		send := make([]nccl.DevicePtr, n)
-		recv := make([]nccl.DevicePtr, n)
+		send := make([]nccl.Buffer, n)
+		recv := make([]nccl.Buffer, n)
 		for r, rk := range ranks {
-			send[r], _ = cu.Malloc(rk.dev, elems*4)
-			recv[r], _ = cu.Malloc(rk.dev, elems*4)
-			host := make([]byte, elems*4)
-			for i := range elems {
-				binary.LittleEndian.PutUint32(host[i*4:], uint32(r*1_000_000+i))
+			var err error
+			if send[r], err = cu.Alloc(rk.dev, nccl.Uint32, elems); err != nil {
+				t.Fatal(err)
 			}
-			cu.CopyToDevice(send[r], host)
+			if recv[r], err = cu.Alloc(rk.dev, nccl.Uint32, elems); err != nil {
+				t.Fatal(err)
+			}
+			host := make([]uint32, elems)
+			for i := range host {
+				host[i] = uint32(r*1_000_000 + i)
+			}
+			if err := nccl.CopyIn(send[r], host); err != nil {
+				t.Fatal(err)
+			}
 		}
 		for iter := range 20 {
 			var wg sync.WaitGroup
@@ -550,14 +476,14 @@ func TestSendRecvRing(t *testing.T) {
 					next, prev := (r+1)%n, (r+n-1)%n
 					errs[r] = l.Group(func() error {
 						runtime.Gosched() // invite the scheduler to move us
-						if err := rk.comm.Send(send[r], elems, abi.Uint32, next, rk.s); err != nil {
+						if err := rk.comm.Send(send[r], next, rk.s); err != nil {
 							return err
 						}
 						runtime.Gosched()
-						return rk.comm.Recv(recv[r], elems, abi.Uint32, prev, rk.s)
+						return rk.comm.Recv(recv[r], prev, rk.s)
 					})
 					if errs[r] == nil {
-						errs[r] = cu.StreamSynchronize(rk.s)
+						errs[r] = rk.s.Synchronize()
 					}
 				}()
 			}
@@ -566,19 +492,21 @@ func TestSendRecvRing(t *testing.T) {
 				if errs[r] != nil {
 					t.Fatalf("%d ranks, iteration %d, rank %d: %v", n, iter, r, errs[r])
 				}
-				host := make([]byte, elems*4)
-				cu.CopyFromDevice(host, recv[r])
+				host := make([]uint32, elems)
+				if err := nccl.CopyOut(host, recv[r]); err != nil {
+					t.Fatal(err)
+				}
 				prev := (r + n - 1) % n
-				for i := range elems {
-					if got := binary.LittleEndian.Uint32(host[i*4:]); got != uint32(prev*1_000_000+i) {
+				for i, got := range host {
+					if got != uint32(prev*1_000_000+i) {
 						t.Fatalf("%d ranks: rank %d element %d = %d, want %d", n, r, i, got, prev*1_000_000+i)
 					}
 				}
 			}
 		}
 		for r := range ranks {
-			cu.Free(send[r])
-			cu.Free(recv[r])
+			send[r].Free()
+			recv[r].Free()
 		}
 	}
 }
@@ -605,7 +533,7 @@ func TestOpenReports(t *testing.T) {
 
 func TestOldLibraryLacksOptional(t *testing.T) {
 	l := open(t, "old")
-	if l.Version() != abi.V(2, 14, 3) {
+	if l.Version() != (nccl.Version{Major: 2, Minor: 14, Patch: 3}) {
 		t.Fatalf("version %v", l.Version())
 	}
 	ranks := initRanks(t, l, 2)
@@ -614,7 +542,7 @@ func TestOldLibraryLacksOptional(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := rk.comm.Split(0, 0, nil)
+			_, err := rk.comm.Split(context.Background(), 0, 0, nil)
 			if !errors.Is(err, nccl.ErrNotSupported) {
 				t.Errorf("Split on 2.14: %v, want ErrNotSupported", err)
 				return
@@ -626,11 +554,30 @@ func TestOldLibraryLacksOptional(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if _, err := l.MemAlloc(0, 64); !errors.Is(err, nccl.ErrNotSupported) {
+	if _, err := l.MemAlloc(0, nccl.Uint8, 64); !errors.Is(err, nccl.ErrNotSupported) {
 		t.Errorf("MemAlloc on 2.14: %v", err)
 	}
-	if l.SupportsType(abi.Float8e4m3) || !l.SupportsType(abi.Bfloat16) {
+	if l.SupportsType(nccl.Float8e4m3) || !l.SupportsType(nccl.Bfloat16) {
 		t.Errorf("2.14 type support wrong")
+	}
+	// A native AlltoAll, Gather or Scatter is refused: 2.14 has none.
+	c := ranks[0].comm
+	if err := c.SetPath(nccl.Native); err != nil {
+		t.Fatal(err)
+	}
+	defer c.SetPath(nccl.Auto)
+	a, _ := l.CUDA().Alloc(0, nccl.Float32, 4)
+	b, _ := l.CUDA().Alloc(0, nccl.Float32, 4)
+	defer a.Free()
+	defer b.Free()
+	for name, err := range map[string]error{
+		"AlltoAll": c.AlltoAll(a, b, ranks[0].s),
+		"Gather":   c.Gather(a.Slice(0, 2), b, 0, ranks[0].s),
+		"Scatter":  c.Scatter(a, b.Slice(0, 2), 0, ranks[0].s),
+	} {
+		if !errors.Is(err, nccl.ErrNotSupported) || !strings.Contains(err.Error(), "requires >= 2.28") {
+			t.Errorf("native %s on 2.14: %v, want ErrNotSupported (requires >= 2.28)", name, err)
+		}
 	}
 }
 
@@ -679,16 +626,19 @@ func TestUniqueIDForms(t *testing.T) {
 }
 
 // TestIDReachesCIntact corrupts one byte at a time: the fake checks all 128 bytes,
-// so an id mangled by the by-value passing would fail every InitRank.
+// so an id mangled by the by-value passing would fail every InitRank, blocking
+// or not.
 func TestIDReachesCIntact(t *testing.T) {
 	l := open(t, "default")
 	initRanks(t, l, 2) // the intact id works (checked inside)
-	for _, pos := range []int{0, 8, 63, 64, 127} {
-		id, _ := l.GetUniqueID()
-		id.Internal[pos] ^= 0x5a
-		_, err := l.InitRank(0, id, 1, 0)
-		if !errors.Is(err, nccl.ErrInvalidArgument) || !strings.Contains(err.Error(), "corrupt unique id") {
-			t.Fatalf("corrupt byte %d: %v", pos, err)
+	for _, ctx := range []context.Context{context.Background(), nonBlockingCtx(t)} {
+		for _, pos := range []int{0, 8, 63, 64, 127} {
+			id, _ := l.GetUniqueID()
+			id.Internal[pos] ^= 0x5a
+			_, err := l.InitRank(ctx, 0, id, 1, 0, nil)
+			if !errors.Is(err, nccl.ErrInvalidArgument) || !strings.Contains(err.Error(), "corrupt unique id") {
+				t.Fatalf("corrupt byte %d (can end: %v): %v", pos, ctx.Done() != nil, err)
+			}
 		}
 	}
 }
@@ -708,40 +658,57 @@ func FuzzParseUniqueID(f *testing.F) {
 	})
 }
 
+// TestClosedCommunicator: after Close or Abort, of a blocking or a
+// non-blocking communicator, every method refuses with ErrClosed.
 func TestClosedCommunicator(t *testing.T) {
 	l := open(t, "default")
 	cu := l.CUDA()
-	for _, how := range []string{"Destroy", "Abort"} {
-		id, _ := l.GetUniqueID()
-		c, err := l.InitRank(0, id, 1, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		buf, _ := cu.Malloc(0, 64)
-		if how == "Destroy" {
-			err = c.Destroy()
-		} else {
-			err = c.Abort()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		checks := map[string]error{
-			"AllReduce":  c.AllReduce(buf, buf, 4, abi.Float32, abi.Sum, 0),
-			"Send":       c.Send(buf, 4, abi.Float32, 0, 0),
-			"AsyncError": c.AsyncError(),
-			"Destroy":    c.Destroy(),
-			"Abort":      c.Abort(),
-			"Finalize":   c.Finalize(),
-		}
-		_, checks["Split"] = c.Split(0, 0, nil)
-		_, checks["Register"] = c.Register(buf, 64)
-		for name, err := range checks {
-			if !errors.Is(err, nccl.ErrClosed) {
-				t.Errorf("%s after %s: %v, want ErrClosed", name, how, err)
+	for _, ctx := range []context.Context{context.Background(), nonBlockingCtx(t)} {
+		for _, how := range []string{"Close", "Abort"} {
+			id, _ := l.GetUniqueID()
+			c, err := l.InitRank(ctx, 0, id, 1, 0, nil)
+			if err != nil {
+				t.Fatal(err)
 			}
+			buf, _ := cu.Alloc(0, nccl.Float32, 16)
+			if how == "Close" {
+				err = c.Close(ctx)
+			} else {
+				err = c.Abort()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-c.Done():
+			default:
+				t.Errorf("Done not closed after %s", how)
+			}
+			if c.Handle() != 0 {
+				t.Errorf("Handle after %s = %#x, want 0", how, c.Handle())
+			}
+			checks := map[string]error{
+				"AllReduce":  c.AllReduce(buf, buf, nccl.Sum, nccl.Stream{}),
+				"Send":       c.Send(buf.Slice(0, 4), 0, nccl.Stream{}),
+				"AsyncError": c.AsyncError(),
+				"Close":      c.Close(ctx),
+				"Abort":      c.Abort(),
+				"Wait":       c.Wait(ctx, nccl.Stream{}),
+				"SetPath+AlltoAll": func() error {
+					c.SetPath(nccl.Grouped)
+					return c.AlltoAll(buf.Slice(0, 4), buf.Slice(4, 8), nccl.Stream{})
+				}(),
+			}
+			_, checks["Split"] = c.Split(ctx, 0, 0, nil)
+			_, checks["Register"] = c.Register(buf)
+			_, checks["PreMulSum"] = nccl.PreMulSum(c, float32(2))
+			for name, err := range checks {
+				if !errors.Is(err, nccl.ErrClosed) {
+					t.Errorf("%s after %s (blocking %v): %v, want ErrClosed", name, how, c.Blocking(), err)
+				}
+			}
+			buf.Free()
 		}
-		cu.Free(buf)
 	}
 }
 
@@ -749,32 +716,41 @@ func TestArgumentErrors(t *testing.T) {
 	l := open(t, "default")
 	cu := l.CUDA()
 	ranks := initRanks(t, l, 2)
-	c := ranks[0].comm
-	mine, _ := cu.Malloc(ranks[0].dev, 1024)
-	other, _ := cu.Malloc(ranks[1].dev, 1024)
-	defer cu.Free(mine)
-	defer cu.Free(other)
+	c, s := ranks[0].comm, ranks[0].s
+	mine, _ := cu.Alloc(ranks[0].dev, nccl.Float32, 256)
+	ints, _ := cu.Alloc(ranks[0].dev, nccl.Int32, 256)
+	other, _ := cu.Alloc(ranks[1].dev, nccl.Float32, 256)
+	defer mine.Free()
+	defer ints.Free()
+	defer other.Free()
+	_, badType := cu.Alloc(0, nccl.DataType(42), 4)
+	_, negative := cu.Alloc(0, nccl.Float32, -1)
+	_, rankRange := l.InitRank(context.Background(), 0, nccl.UniqueID{}, 2, 5, nil)
 	for _, tc := range []struct {
 		name string
 		err  error
 		text string
 	}{
-		{"bad type", c.AllReduce(mine, mine, 4, abi.DataType(42), abi.Sum, ranks[0].s), "42"},
-		{"bad op", c.AllReduce(mine, mine, 4, abi.Float32, abi.RedOp(99), ranks[0].s), "op"},
-		{"null buffer", c.AllReduce(0, mine, 4, abi.Float32, abi.Sum, ranks[0].s), ""},
-		{"other device", c.AllReduce(other, mine, 4, abi.Float32, abi.Sum, ranks[0].s), "device"},
-		{"root out of range", c.Broadcast(mine, mine, 4, abi.Float32, 2, ranks[0].s), ""},
-		{"peer out of range", c.Send(mine, 4, abi.Float32, 5, ranks[0].s), ""},
-		{"negative count", c.AllReduce(mine, mine, -1, abi.Float32, abi.Sum, ranks[0].s), "negative count"},
+		{"bad type", badType, "42"},
+		{"bad op", c.AllReduce(mine, mine, nccl.RedOp(99), s), "op"},
+		{"negative op", c.AllReduce(mine, mine, nccl.RedOp(-1), s), "reduction"},
+		{"zero buffer", c.AllReduce(nccl.Buffer{}, mine, nccl.Sum, s), ""},
+		{"types differ", c.AllReduce(ints, mine, nccl.Sum, s), "Int32"},
+		{"lengths differ", c.AllReduce(mine.Slice(0, 4), mine, nccl.Sum, s), "elements"},
+		{"other device", c.AllReduce(other, mine, nccl.Sum, s), "device"},
+		{"stream on other device", c.AllReduce(mine, mine, nccl.Sum, ranks[1].s), "stream"},
+		{"root out of range", c.Broadcast(mine, mine, 2, s), "root"},
+		{"peer out of range", c.Send(mine, 5, s), "peer"},
+		{"negative peer", c.Recv(mine, -1, s), "peer"},
+		{"negative count", negative, "negative count"},
+		{"rank out of range", rankRange, "rank"},
+		{"unknown path", c.SetPath(nccl.Path(7)), "path"},
 	} {
 		var ne *nccl.Error
 		if !errors.Is(tc.err, nccl.ErrInvalidArgument) || !errors.As(tc.err, &ne) || ne.Msg == "" ||
 			!strings.Contains(tc.err.Error(), tc.text) {
 			t.Errorf("%s: %v", tc.name, tc.err)
 		}
-	}
-	if _, err := l.InitRank(0, nccl.UniqueID{}, 2, 5); !errors.Is(err, nccl.ErrInvalidArgument) {
-		t.Errorf("rank out of range: %v", err)
 	}
 }
 
@@ -785,53 +761,40 @@ func TestStreamsAreAsynchronous(t *testing.T) {
 	cu := l.CUDA()
 	ranks := initRanks(t, l, 1)
 	rk := ranks[0]
-	buf, _ := cu.Malloc(rk.dev, 4)
-	defer cu.Free(buf)
-	cu.Memset(buf, 0, 4)
-	if err := cu.MemsetAsync(buf, 0xff, 4, rk.s); err != nil {
+	buf, _ := cu.Alloc(rk.dev, nccl.Uint32, 1)
+	defer buf.Free()
+	if err := buf.Memset(0); err != nil {
 		t.Fatal(err)
 	}
-	if done, err := cu.StreamQuery(rk.s); err != nil || done {
-		t.Fatalf("StreamQuery right after enqueue = %v, %v; want pending", done, err)
-	}
-	start, _ := cu.EventCreate(rk.dev, abi.EventDefault)
-	end, _ := cu.EventCreate(rk.dev, abi.EventDefault)
-	cu.EventRecord(start, rk.s)
-	cu.EventRecord(end, rk.s)
-	if err := cu.EventSynchronize(end); err != nil {
+	if err := buf.MemsetAsync(0xff, rk.s); err != nil {
 		t.Fatal(err)
 	}
-	if done, err := cu.StreamQuery(rk.s); err != nil || !done {
-		t.Fatalf("StreamQuery after the last event = %v, %v", done, err)
+	if done, err := rk.s.Query(); err != nil || done {
+		t.Fatalf("Query right after enqueue = %v, %v; want pending", done, err)
 	}
-	if d, err := cu.EventElapsed(start, end); err != nil || d < 0 {
-		t.Fatalf("EventElapsed = %v, %v", d, err)
+	start, _ := cu.NewEvent(rk.dev, nccl.EventDefault)
+	end, _ := cu.NewEvent(rk.dev, nccl.EventDefault)
+	start.Record(rk.s)
+	end.Record(rk.s)
+	if err := end.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := rk.s.Query(); err != nil || !done {
+		t.Fatalf("Query after the last event = %v, %v", done, err)
+	}
+	if done, err := end.Query(); err != nil || !done {
+		t.Fatalf("event Query after Synchronize = %v, %v", done, err)
+	}
+	if d, err := end.Elapsed(start); err != nil || d < 0 {
+		t.Fatalf("Elapsed = %v, %v", d, err)
 	}
 	host := make([]byte, 4)
-	cu.CopyFromDevice(host, buf)
+	buf.ReadBytes(host)
 	if binary.LittleEndian.Uint32(host) != 0xffffffff {
 		t.Fatalf("data after synchronize: %x", host)
 	}
-	cu.EventDestroy(start)
-	cu.EventDestroy(end)
-}
-
-func TestRawCallAllocatesNothing(t *testing.T) {
-	l := open(t, "default")
-	cu := l.CUDA()
-	ranks := initRanks(t, l, 1)
-	rk := ranks[0]
-	buf, _ := cu.Malloc(rk.dev, 1024)
-	defer cu.Free(buf)
-	allocs := testing.AllocsPerRun(200, func() {
-		if err := rk.comm.AllReduce(buf, buf, 16, abi.Float32, abi.Sum, rk.s); err != nil {
-			t.Fatal(err)
-		}
-	})
-	cu.StreamSynchronize(rk.s)
-	if allocs != 0 {
-		t.Fatalf("AllReduce allocates %v times per call", allocs)
-	}
+	start.Destroy()
+	end.Destroy()
 }
 
 func BenchmarkAllReduceCall(b *testing.B) {
@@ -839,11 +802,12 @@ func BenchmarkAllReduceCall(b *testing.B) {
 	cu := l.CUDA()
 	ranks := initRanks(b, l, 1)
 	rk := ranks[0]
-	buf, _ := cu.Malloc(rk.dev, 1024)
-	defer cu.Free(buf)
+	buf, _ := cu.Alloc(rk.dev, nccl.Float32, 256)
+	defer buf.Free()
+	empty := buf.Slice(0, 0)
 	b.ReportAllocs()
 	for b.Loop() {
-		rk.comm.AllReduce(buf, buf, 0, abi.Float32, abi.Sum, rk.s)
+		rk.comm.AllReduce(empty, empty, nccl.Sum, rk.s)
 	}
-	cu.StreamSynchronize(rk.s)
+	rk.s.Synchronize()
 }

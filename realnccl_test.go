@@ -1,6 +1,7 @@
 package nccl_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -94,7 +96,7 @@ func TestRealNCCLLoads(t *testing.T) {
 		t.Errorf("Features lists %d functions, want %d: %v", len(seen), len(want), seen)
 	}
 	// An absent function is refused before any C call, naming the requirement.
-	_, err := l.InitRankScalable(0, []nccl.UniqueID{{}}, 1, 0, nil)
+	_, err := l.InitRankScalable(context.Background(), 0, []nccl.UniqueID{{}}, 1, 0, nil)
 	var ue *nccl.UnsupportedError
 	if !errors.As(err, &ue) || !errors.Is(err, nccl.ErrNotSupported) || ue.Name != "ncclCommInitRankScalable" ||
 		ue.Path != l.Path || ue.Version != abi.V(2, 22, 3) || ue.Requires != ">= 2.23" {
@@ -138,13 +140,22 @@ func TestRealNCCLCUDARuntime(t *testing.T) {
 	if n != 0 {
 		t.Errorf("DeviceCount = %d, want 0", n)
 	}
-	_, err = cu.Device()
-	checkNoDriver(t, "Device", err, "cudaGetDevice")
-	// Calls that select the device first fail at cudaGetDevice, before their own.
-	_, err = cu.Malloc(0, 1024)
-	checkNoDriver(t, "Malloc", err, "cudaGetDevice")
-	_, err = cu.StreamCreate(0, abi.StreamNonBlocking)
-	checkNoDriver(t, "StreamCreate", err, "cudaGetDevice")
+	// Calls that select the device first fail at cudaGetDevice, before their own
+	// call (or fn) runs.
+	ran := false
+	err = cu.OnDevice(0, func() error { ran = true; return nil })
+	checkNoDriver(t, "OnDevice", err, "cudaGetDevice")
+	if ran {
+		t.Error("OnDevice ran fn without a device")
+	}
+	_, err = cu.Alloc(0, nccl.Uint8, 1024)
+	checkNoDriver(t, "Alloc", err, "cudaGetDevice")
+	_, err = cu.NewStream(0, nccl.StreamNonBlocking)
+	checkNoDriver(t, "NewStream", err, "cudaGetDevice")
+	_, err = cu.NewEvent(0, nccl.EventDisableTiming)
+	checkNoDriver(t, "NewEvent", err, "cudaGetDevice")
+	err = cu.DeviceSynchronize(0)
+	checkNoDriver(t, "DeviceSynchronize", err, "cudaGetDevice")
 }
 
 // checkNoDriver asserts err is the runtime's no-driver answer from op.
@@ -277,17 +288,22 @@ func TestRealNCCLNoGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c, err := l.InitRank(0, id, 1, 0)
+	// Blocking (a context that cannot end) and non-blocking (one that can) alike.
+	deadline, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	var ce *nccl.CUDAError
-	if c != nil || !errors.As(err, &ce) || !errors.Is(err, nccl.ErrNoDevice) || ce.Op != "cudaGetDevice" ||
-		ce.Code != abi.CudaErrorInsufficientDriver || ce.Msg != realNoDriverText {
-		t.Errorf("InitRank = %v, %v; want cudaGetDevice: cudaErrorInsufficientDriver matching ErrNoDevice", c, err)
+	for _, ctx := range []context.Context{context.Background(), deadline} {
+		c, err := l.InitRank(ctx, 0, id, 1, 0, nil)
+		if c != nil || !errors.As(err, &ce) || !errors.Is(err, nccl.ErrNoDevice) || ce.Op != "cudaGetDevice" ||
+			ce.Code != abi.CudaErrorInsufficientDriver || ce.Msg != realNoDriverText {
+			t.Errorf("InitRank (can end: %v) = %v, %v; want cudaGetDevice: cudaErrorInsufficientDriver matching ErrNoDevice", ctx.Done() != nil, c, err)
+		}
+		_, err = l.InitRank(ctx, 0, id, 2, 1, &nccl.Config{})
+		if !errors.As(err, &ce) || ce.Op != "cudaGetDevice" || !errors.Is(err, nccl.ErrNoDevice) {
+			t.Errorf("InitRank with a Config (can end: %v) = %v; want cudaGetDevice's ErrNoDevice", ctx.Done() != nil, err)
+		}
 	}
-	_, err = l.InitRankConfig(0, id, 2, 1, &nccl.Config{})
-	if !errors.As(err, &ce) || ce.Op != "cudaGetDevice" || !errors.Is(err, nccl.ErrNoDevice) {
-		t.Errorf("InitRankConfig = %v; want cudaGetDevice's ErrNoDevice", err)
-	}
-	_, err = l.MemAlloc(0, 4096)
+	_, err = l.MemAlloc(0, nccl.Uint8, 4096)
 	if !errors.As(err, &ce) || ce.Op != "cudaGetDevice" || !errors.Is(err, nccl.ErrNoDevice) {
 		t.Errorf("MemAlloc = %v; want cudaGetDevice's ErrNoDevice", err)
 	}
@@ -314,7 +330,7 @@ func TestRealNCCLNoGPU(t *testing.T) {
 	}
 
 	provokeOtherLastError(t, l)
-	comms, err := l.InitAll([]int{0})
+	comms, err := l.InitAll(context.Background(), []int{0}, nil)
 	var ne *nccl.Error
 	if comms != nil || !errors.As(err, &ne) || !errors.Is(err, nccl.ErrUnhandledCuda) || ne.Op != "ncclCommInitAll" ||
 		ne.Code != abi.UnhandledCudaError || ne.Msg != realCudaFailure {

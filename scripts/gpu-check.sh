@@ -63,22 +63,25 @@ run)
       else echo "   example FAIL: $*" | tee -a "$summary"; fi
     }
     local E=.gpu/bin/examples
-    run_example env "$@" $E/allreduce -np 2
-    run_example env "$@" $E/allreduce -np 2 -idfile "/tmp/gonccl-id-$label-$$"
+    # -timeout: each example's own deadline (to join and work, then again to
+    # close), under run_example's 120 s, so a stuck rank reports itself.
+    local T="-timeout 45s"
+    run_example env "$@" $E/allreduce -np 2 $T
+    run_example env "$@" $E/allreduce -np 2 $T -idfile "/tmp/gonccl-id-$label-$$"
     if command -v mpirun >/dev/null; then
       local xs=() kv
       for kv in "$@"; do xs+=(-x "${kv%%=*}"); done
       run_example env "$@" mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE "${xs[@]}" \
-        -x NCCL_COMM_ID=127.0.0.1:$port $E/allreduce
+        -x NCCL_COMM_ID=127.0.0.1:$port $E/allreduce $T
     fi
-    run_example env "$@" bash -c "MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port+1)) WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 $E/allreduce & MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port+1)) WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 $E/allreduce && wait \$!"
-    run_example env "$@" $E/multigpu
-    run_example env "$@" $E/split
-    run_example env "$@" $E/split -ids
-    run_example env "$@" $E/alltoallv
-    run_example env "$@" $E/alltoallv -grouped
-    run_example env "$@" $E/sendrecv
-    run_example env "$@" $E/dataparallel
+    run_example env "$@" bash -c "MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port+1)) WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 $E/allreduce $T & MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port+1)) WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 $E/allreduce $T && wait \$!"
+    run_example env "$@" $E/multigpu $T
+    run_example env "$@" $E/split $T
+    run_example env "$@" $E/split -ids $T
+    run_example env "$@" $E/alltoallv $T
+    run_example env "$@" $E/alltoallv -grouped $T
+    run_example env "$@" $E/sendrecv $T
+    run_example env "$@" $E/dataparallel $T
     grep -h "checksum\|correct\|identical" "$log" | sed 's/^/      /' >>"$summary"
   }
   if [ -n "${BUILD_VCCL:-}" ] && [ -d .gpu/vccl ]; then

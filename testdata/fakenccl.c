@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define API __attribute__((visibility("default")))
 
@@ -198,6 +199,7 @@ typedef struct comm {
     long coll_seq, split_seq, win_seq;
     long send_seq[MAXR], recv_seq[MAXR];
     int pending;    /* work items not yet run */
+    int aborted;    /* ncclCommAbort was called: waits on peers give up, as NCCL's abort flag makes them */
     int blocking;
     int cfg[32];    /* config ints by field index; INT_MIN when undefined */
     char* name;
@@ -230,6 +232,37 @@ static ncclResult_t live(comm* c, const char* fn) {
     }
     if (!c->ready) return fail(ncclInvalidUsage, "%s: communicator is still initializing", fn);
     return ncclSuccess;
+}
+
+/* ---- groups: depth, pending tasks, the first failure and deferred inits belong to the calling thread ---- */
+
+static __thread int group_depth;
+static __thread struct task* group_head;
+static __thread struct task** group_tail; /* NULL means &group_head */
+static __thread ncclResult_t group_error; /* a call inside the group failed: ncclGroupEnd launches nothing */
+static __thread comm* group_inits[MAXR];  /* communicators whose init the group deferred */
+static __thread int group_ninits;
+
+/* group_err records a failure inside a group, as NCCL's ncclGroupErrCheck does. */
+static ncclResult_t group_err(ncclResult_t r) {
+    if (group_depth > 0 && r != ncclSuccess && r != ncclInProgress) group_error = r;
+    return r;
+}
+
+/* A test-set delay inside every operation call, so that a call still inside
+ * the library when another thread frees its communicator is caught (below). */
+static long call_delay_us;
+API void fakenccl_set_call_delay_us(long us) { __atomic_store_n(&call_delay_us, us, __ATOMIC_RELAXED); }
+
+/* inside_call ends an operation call: after the delay, a communicator freed
+ * meanwhile is the use-after-free real NCCL would not survive. */
+static void inside_call(comm* c, const char* fn) {
+    long us = __atomic_load_n(&call_delay_us, __ATOMIC_RELAXED);
+    if (us > 0) usleep(us);
+    if (c && c->magic == DEAD_MAGIC) {
+        fprintf(stderr, "fakenccl: %s: communicator %p freed while the call was inside the library\n", fn, (void*)c);
+        abort();
+    }
 }
 
 static const char* cfg_names[] = {"blocking", "cgaClusterSize", "minCTAs", "maxCTAs", "splitShare", "trafficClass",
@@ -329,7 +362,11 @@ static ncclResult_t join(comm* c, uint64_t key, int nranks, int rank, const char
     c->nranks = nranks;
     q->joined++;
     pthread_cond_broadcast(&gc);
-    while (q->joined < nranks) pthread_cond_wait(&gc, &g);
+    while (q->joined < nranks && !c->aborted) pthread_cond_wait(&gc, &g);
+    if (c->aborted) { /* ncclCommAbort during a non-blocking init: the bootstrap gives up */
+        pthread_mutex_unlock(&g);
+        return ncclInternalError;
+    }
     c->ready = 1;
     if (c->async == ncclInProgress) c->async = ncclSuccess;
     pthread_cond_broadcast(&gc);
@@ -360,14 +397,18 @@ static ncclResult_t init_rank(comm** out, int nranks, const ncclUniqueId* id, in
     ncclResult_t r = read_config(c, cfg, fn);
     if (r) return r;
     *out = c;
-    if (!c->blocking) {
+    if (!c->blocking || group_depth > 0) { /* in a group NCCL defers the init to ncclGroupEnd */
         c->async = ncclInProgress;
+        if (group_depth > 0) {
+            if (group_ninits == MAXR) return group_err(fail(ncclInternalError, "%s: too many inits in one group", fn));
+            group_inits[group_ninits++] = c;
+        }
         joiner* j = malloc(sizeof *j);
         *j = (joiner){c, key, nranks, rank};
         pthread_t th;
         pthread_create(&th, NULL, join_later, j);
         pthread_detach(th);
-        return ncclInProgress;
+        return c->blocking ? ncclSuccess : ncclInProgress;
     }
     return join(c, key, nranks, rank, fn);
 }
@@ -412,41 +453,98 @@ API ncclResult_t ncclCommInitRankScalable(comm** out, int nranks, int rank, int 
     return init_rank(out, nranks, &ids[0], rank, cfg, "ncclCommInitRankScalable");
 }
 
-API ncclResult_t ncclCommSplit(comm* c, int color, int key, comm** out, const void* cfg) {
-    ncclResult_t r = live(c, "ncclCommSplit");
-    if (r) return r;
-    if (!out) return fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
+/* split_meet is ncclCommSplit's rendezvous over the parent's clique: it
+ * returns the new communicator's size, this rank's place in it and its key, or
+ * -1 if nc was aborted meanwhile. */
+static int split_meet(comm* c, comm* nc, int color, int key, int* me, uint64_t* newkey) {
     clique* q = c->c;
     int n = c->nranks;
     pthread_mutex_lock(&g);
     long seq = c->split_seq++;
-    while (q->split_seq != seq) pthread_cond_wait(&gc, &g); /* an earlier split still in use */
+    while (q->split_seq != seq && !(nc && nc->aborted)) pthread_cond_wait(&gc, &g); /* an earlier split still in use */
+    if (nc && nc->aborted) {
+        pthread_mutex_unlock(&g);
+        return -1;
+    }
     if (q->split_arrived == 0) q->split_base = xorshift(&next_key);
     q->color[c->rank] = color;
     q->skey[c->rank] = key;
     q->split_arrived++;
     pthread_cond_broadcast(&gc);
-    while (q->split_arrived < n) pthread_cond_wait(&gc, &g);
-    int size = 0, me = 0;
+    while (q->split_arrived < n && !(nc && nc->aborted)) pthread_cond_wait(&gc, &g);
+    if (nc && nc->aborted) {
+        pthread_mutex_unlock(&g);
+        return -1;
+    }
+    int size = 0;
+    *me = 0;
     for (int i = 0; i < n; i++) {
         if (q->color[i] != color) continue;
         size++;
-        if (q->skey[i] < key || (q->skey[i] == key && i < c->rank)) me++;
+        if (q->skey[i] < key || (q->skey[i] == key && i < c->rank)) (*me)++;
     }
-    uint64_t newkey = q->split_base ^ ((uint64_t)(unsigned)color * 0x100000001b3ull);
+    *newkey = q->split_base ^ ((uint64_t)(unsigned)color * 0x100000001b3ull);
     if (++q->split_left == n) { /* the last one out resets for the next split */
         q->split_arrived = q->split_left = 0;
         q->split_seq++;
         pthread_cond_broadcast(&gc);
     }
     pthread_mutex_unlock(&g);
+    return size;
+}
+
+typedef struct splitter {
+    comm *parent, *nc, **out;
+    int color, key;
+} splitter;
+
+/* split_later runs a non-blocking split. As NCCL, it writes the new handle
+ * only when done, and the parent stays in progress until then. */
+static void* split_later(void* p) {
+    splitter* sp = p;
+    int me;
+    uint64_t newkey;
+    int size = split_meet(sp->parent, sp->nc, sp->color, sp->key, &me, &newkey);
+    ncclResult_t r = size > 0 ? join(sp->nc, newkey, size, me, "ncclCommSplit") : ncclInternalError;
+    pthread_mutex_lock(&g);
+    if (r == ncclSuccess) *sp->out = sp->nc;
+    sp->parent->async = r == ncclSuccess || sp->parent->aborted ? ncclSuccess : r;
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+    free(sp);
+    return NULL;
+}
+
+API ncclResult_t ncclCommSplit(comm* c, int color, int key, comm** out, const void* cfg) {
+    ncclResult_t r = live(c, "ncclCommSplit");
+    if (r) return r;
+    if (!out) return fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
     if (color == -1) {
+        int me;
+        uint64_t newkey;
+        split_meet(c, NULL, color, key, &me, &newkey);
         *out = NULL;
         return ncclSuccess;
     }
     comm* nc = new_comm(c->dev);
     if ((r = read_config(nc, cfg, "ncclCommSplit"))) return r;
+    if (!nc->blocking) { /* as NCCL: the split runs on; the parent says when it is done */
+        *out = NULL;
+        nc->async = ncclInProgress;
+        pthread_mutex_lock(&g);
+        c->async = ncclInProgress;
+        pthread_mutex_unlock(&g);
+        splitter* sp = malloc(sizeof *sp);
+        *sp = (splitter){c, nc, out, color, key};
+        pthread_t th;
+        pthread_create(&th, NULL, split_later, sp);
+        pthread_detach(th);
+        return ncclInProgress;
+    }
     *out = nc;
+    int me;
+    uint64_t newkey;
+    int size = split_meet(c, NULL, color, key, &me, &newkey);
     return join(nc, newkey, size, me, "ncclCommSplit");
 }
 #endif
@@ -486,7 +584,9 @@ static ncclResult_t release(comm* c, const char* fn, int wait) {
     if (r && r != ncclInvalidUsage) return r; /* a comm still initializing may be aborted */
     if (wait) wait_idle(c);
     pthread_mutex_lock(&g);
+    if (!wait) c->aborted = 1;
     c->magic = DEAD_MAGIC; /* kept allocated: work in flight may still read it */
+    pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
     return ncclSuccess;
 }
@@ -784,7 +884,11 @@ static void run_collective(task* me) {
     int n = me->c->nranks;
     pthread_mutex_lock(&g);
     slot* s = &q->slots[me->seq % SLOTS];
-    while (s->busy && s->seq != me->seq) pthread_cond_wait(&gc, &g);
+    while (s->busy && s->seq != me->seq && !me->c->aborted) pthread_cond_wait(&gc, &g);
+    if (me->c->aborted) {
+        pthread_mutex_unlock(&g);
+        return;
+    }
     if (!s->busy) {
         memset(s, 0, sizeof *s);
         s->busy = 1;
@@ -793,8 +897,9 @@ static void run_collective(task* me) {
     s->task[me->c->rank] = me;
     s->arrived++;
     pthread_cond_broadcast(&gc);
-    while (s->arrived < n) pthread_cond_wait(&gc, &g);
+    while (s->arrived < n && !me->c->aborted) pthread_cond_wait(&gc, &g);
     pthread_mutex_unlock(&g);
+    if (me->c->aborted) return; /* the kernel quits on NCCL's abort flag */
 
     int receives = !((me->kind == kReduce || me->kind == kGather) && me->c->rank != me->root);
     size_t bytes = out_bytes(me);
@@ -805,8 +910,12 @@ static void run_collective(task* me) {
     pthread_mutex_lock(&g);
     s->computed++;
     pthread_cond_broadcast(&gc);
-    while (s->computed < n) pthread_cond_wait(&gc, &g);
+    while (s->computed < n && !me->c->aborted) pthread_cond_wait(&gc, &g);
     pthread_mutex_unlock(&g);
+    if (me->c->aborted) {
+        free(out);
+        return;
+    }
     if (out) memcpy(me->recv, out, bytes);
     free(out);
     pthread_mutex_lock(&g);
@@ -833,9 +942,10 @@ static void run_p2p(task* batch) {
         for (;;) {
             for (m = q->mail; m; m = m->next)
                 if (!m->taken && m->src == t->peer && m->dst == t->c->rank && m->seq == t->seq) break;
-            if (m) break;
+            if (m || t->c->aborted) break;
             pthread_cond_wait(&gc, &g);
         }
+        if (!m) continue; /* aborted */
         size_t want = t->count * type_size(t->type);
         if (m->bytes != want) {
             t->c->async = ncclInvalidUsage;
@@ -857,6 +967,7 @@ static void run_p2p(task* batch) {
                 free(m);
                 break;
             }
+            if (t->c->aborted) break;
             pthread_cond_wait(&gc, &g);
         }
     }
@@ -893,11 +1004,6 @@ static void run_item(void* p) {
     pthread_mutex_unlock(&g);
 }
 
-/* ---- groups: depth and pending tasks belong to the calling thread ---- */
-
-static __thread int group_depth;
-static __thread task* group_head;
-static __thread task** group_tail; /* NULL means &group_head */
 
 API ncclResult_t ncclGroupStart(void) {
     group_depth++;
@@ -971,16 +1077,62 @@ API ncclResult_t ncclGroupEnd(void) {
     task* list = group_head;
     group_head = NULL;
     group_tail = NULL;
-    return launch(list);
+    ncclResult_t err = group_error;
+    group_error = ncclSuccess;
+    int ninits = group_ninits, nonblocking = 0;
+    group_ninits = 0;
+    if (err) { /* as NCCL: a failed call inside the group discards all of it */
+        free_tasks(list);
+        return fail(err, "ncclGroupEnd: a call inside the group failed; nothing was launched");
+    }
+    for (int i = 0; i < ninits; i++) { /* blocking inits complete within ncclGroupEnd */
+        comm* c = group_inits[i];
+        if (!c->blocking) {
+            nonblocking = 1;
+            continue;
+        }
+        pthread_mutex_lock(&g);
+        while (!c->ready && !c->aborted) pthread_cond_wait(&gc, &g);
+        pthread_mutex_unlock(&g);
+    }
+    ncclResult_t r = launch(list);
+    return r == ncclSuccess && nonblocking ? ncclInProgress : r;
 }
 
-/* submit queues a checked task in the thread's group, or runs it as a group of one. */
+static void* launch_later(void* p) {
+    task* t = p;
+    comm* c = t->c;
+    ncclResult_t r = launch(t);
+    pthread_mutex_lock(&g);
+    c->async = r;
+    pthread_mutex_unlock(&g);
+    return NULL;
+}
+
+/* submit queues a checked task in the thread's group, or runs it as a group of
+ * one. A non-blocking communicator's launch runs on a thread of its own, as
+ * NCCL's groupLaunchNonBlocking does: the call returns ncclInProgress and the
+ * communicator's state says when the launch is done. */
 static ncclResult_t submit(task* t) {
     if (group_depth > 0) {
         if (!group_tail) group_tail = &group_head;
         *group_tail = t;
         group_tail = &t->next;
         return ncclSuccess;
+    }
+    if (!t->c->blocking) {
+        pthread_mutex_lock(&g);
+        if (t->c->async == ncclInProgress) {
+            pthread_mutex_unlock(&g);
+            free_tasks(t);
+            return fail(ncclInvalidUsage, "call on a non-blocking communicator still in progress");
+        }
+        t->c->async = ncclInProgress;
+        pthread_mutex_unlock(&g);
+        pthread_t th;
+        pthread_create(&th, NULL, launch_later, t);
+        pthread_detach(th);
+        return ncclInProgress;
     }
     return launch(t);
 }
@@ -997,7 +1149,7 @@ static ncclResult_t check_buf(comm* c, const char* fn, const char* what, const v
 }
 
 /* enqueue checks the arguments the way NCCL's ArgsCheck does, then submits. */
-static ncclResult_t enqueue(int kind, const char* fn, const void* send, void* recv, size_t count, int type, int op,
+static ncclResult_t enqueue_checked(int kind, const char* fn, const void* send, void* recv, size_t count, int type, int op,
                             int root, comm* c, void* stream) {
     ncclResult_t r = live(c, fn);
     if (r) return r;
@@ -1038,6 +1190,13 @@ static ncclResult_t enqueue(int kind, const char* fn, const void* send, void* re
         t->scalar_ptr = c->premul_ptr[i];
     }
     return submit(t);
+}
+
+static ncclResult_t enqueue(int kind, const char* fn, const void* send, void* recv, size_t count, int type, int op,
+                            int root, comm* c, void* stream) {
+    ncclResult_t r = group_err(enqueue_checked(kind, fn, send, recv, count, type, op, root, c, stream));
+    inside_call(r == ncclSuccess || r == ncclInProgress ? c : NULL, fn);
+    return r;
 }
 
 API ncclResult_t ncclAllReduce(const void* s, void* r, size_t count, int type, int op, comm* c, void* st) {
@@ -1147,6 +1306,27 @@ API ncclResult_t ncclMemFree(void* ptr) {
     return ncclSuccess;
 }
 
+typedef struct winreg {
+    comm* c;
+    void* buff;
+    size_t size;
+    window** win;
+    int flags;
+} winreg;
+
+static void register_window(comm* c, void* buff, size_t size, window** win, int flags);
+
+static void* register_later(void* p) {
+    winreg* w = p;
+    register_window(w->c, w->buff, w->size, w->win, w->flags);
+    pthread_mutex_lock(&g);
+    w->c->async = ncclSuccess;
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+    free(w);
+    return NULL;
+}
+
 API ncclResult_t ncclCommWindowRegister(comm* c, void* buff, size_t size, window** win, int flags) {
     ncclResult_t r = live(c, "ncclCommWindowRegister");
     if (r) return r;
@@ -1157,6 +1337,23 @@ API ncclResult_t ncclCommWindowRegister(comm* c, void* buff, size_t size, window
         *win = NULL;
         return ncclSuccess;
     }
+    if (!c->blocking) { /* as NCCL 2.28: queued; the window appears when the communicator is ready again */
+        *win = NULL;
+        winreg* w = malloc(sizeof *w);
+        *w = (winreg){c, buff, size, win, flags};
+        pthread_mutex_lock(&g);
+        c->async = ncclInProgress;
+        pthread_mutex_unlock(&g);
+        pthread_t th;
+        pthread_create(&th, NULL, register_later, w);
+        pthread_detach(th);
+        return ncclSuccess;
+    }
+    register_window(c, buff, size, win, flags);
+    return ncclSuccess;
+}
+
+static void register_window(comm* c, void* buff, size_t size, window** win, int flags) {
     if (flags & 1) { /* symmetric: collective, every rank registers together */
         clique* q = c->c;
         pthread_mutex_lock(&g);
@@ -1177,9 +1374,8 @@ API ncclResult_t ncclCommWindowRegister(comm* c, void* buff, size_t size, window
     pthread_mutex_lock(&g);
     w->next = c->windows;
     c->windows = w;
-    pthread_mutex_unlock(&g);
     *win = w;
-    return ncclSuccess;
+    pthread_mutex_unlock(&g);
 }
 
 API ncclResult_t ncclCommWindowDeregister(comm* c, window* w) {
@@ -1208,7 +1404,7 @@ static int in_symmetric_window(comm* c, const void* p, size_t bytes) {
     return ok;
 }
 
-static ncclResult_t alltoallv(const void* send, const size_t* sc, const size_t* sd, void* recv, const size_t* rc,
+static ncclResult_t alltoallv_checked(const void* send, const size_t* sc, const size_t* sd, void* recv, const size_t* rc,
                               const size_t* rd, const void* relay, size_t relaycount, int type, comm* c, void* st) {
     const char* fn = "ncclAlltoAllv";
     ncclResult_t r = live(c, fn);
@@ -1235,6 +1431,13 @@ static ncclResult_t alltoallv(const void* send, const size_t* sc, const size_t* 
     t->a2av_user[0] = sc, t->a2av_user[1] = sd, t->a2av_user[2] = rc, t->a2av_user[3] = rd;
     t->a2av_sum = a2av_checksum(t->a2av_user, n);
     return submit(t);
+}
+
+static ncclResult_t alltoallv(const void* send, const size_t* sc, const size_t* sd, void* recv, const size_t* rc,
+                              const size_t* rd, const void* relay, size_t relaycount, int type, comm* c, void* st) {
+    ncclResult_t r = group_err(alltoallv_checked(send, sc, sd, recv, rc, rd, relay, relaycount, type, c, st));
+    inside_call(r == ncclSuccess || r == ncclInProgress ? c : NULL, "ncclAlltoAllv");
+    return r;
 }
 
 #if FAKENCCL_VCCL == 11

@@ -3,24 +3,26 @@
 // Started by a launcher (mpirun, srun, torchrun-style variables), the ranks meet
 // through NCCL's own rendezvous at NCCL_COMM_ID (or MASTER_ADDR:MASTER_PORT), or
 // through a shared file with -idfile. Started alone with -np N, it launches N
-// local ranks itself. See examples/README.md for the commands.
+// local ranks itself. Every wait on the other ranks has a deadline (-timeout):
+// a rank that never arrives makes the others fail instead of hang. See
+// examples/README.md for the commands.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log"
-	"math"
 	"os"
+	"time"
 
 	"github.com/gonccl/nccl"
-	"github.com/gonccl/nccl/abi"
-	"github.com/gonccl/nccl/collectives"
-	"github.com/gonccl/nccl/internal/launch"
+	"github.com/gonccl/nccl/launch"
 )
 
 func main() {
 	n := flag.Int("n", 1<<20, "elements per rank")
+	timeout := flag.Duration("timeout", 60*time.Second, "deadline for the other ranks to join and finish the all-reduce, and again to close")
 	lf := launch.Register(flag.CommandLine)
 	flag.Parse()
 	if lf.NP > 0 {
@@ -37,55 +39,78 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	id, err := launch.UniqueID(lib, job, lf.IDFile)
-	if err != nil {
-		log.Fatal(err)
-	}
-	dev := job.LocalRank
-	comm, err := lib.InitRank(dev, id, job.Size, job.Rank)
-	if err != nil {
+	if err := run(lib, job, lf.IDFile, *n, *timeout); err != nil {
 		log.Fatalf("rank %d: %v", job.Rank, err)
 	}
-	defer comm.Destroy()
-	launch.Cleanup(job, lf.IDFile)
+}
+
+func run(lib *nccl.Library, job launch.Job, idFile string, n int, timeout time.Duration) (err error) {
+	// A context that can end makes the communicator non-blocking, so that
+	// joining, the all-reduce and closing can all give up at the deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	id, err := launch.UniqueID(ctx, lib, job, idFile)
+	if err != nil {
+		return err
+	}
+	dev := job.LocalRank
+	comm, err := lib.InitRank(ctx, dev, id, job.Size, job.Rank, nil)
+	launch.Cleanup(job, idFile) // every rank has read the id file, or the job has failed
+	if err != nil {
+		return err
+	}
+	defer closeComm(comm, timeout, &err)
 
 	cu := lib.CUDA()
-	s, err := cu.StreamCreate(dev, abi.StreamNonBlocking)
+	s, err := cu.NewStream(dev, nccl.StreamNonBlocking)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
-	defer cu.StreamDestroy(s)
-	buf, err := collectives.Alloc[float32](cu, dev, *n)
+	defer s.Destroy()
+	buf, err := cu.Alloc(dev, nccl.Float32, n)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
-	defer buf.Free(cu)
+	defer buf.Free()
 
 	// Rank r contributes (r+1)·(i%100): the sum is known in closed form.
-	host := make([]float32, *n)
+	host := make([]float32, n)
 	for i := range host {
 		host[i] = float32((job.Rank + 1) * (i % 100))
 	}
-	if err := buf.CopyIn(cu, host); err != nil {
-		log.Fatal(err)
+	if err := nccl.CopyIn(buf, host); err != nil {
+		return err
 	}
-	if err := collectives.AllReduce(comm, buf, buf, abi.Sum, s); err != nil {
-		log.Fatal(err)
+	if err := comm.AllReduce(buf, buf, nccl.Sum, s); err != nil { // in place
+		return err
 	}
-	if err := cu.StreamSynchronize(s); err != nil {
-		log.Fatal(err)
+	// Wait, unlike s.Synchronize, gives up at the deadline and aborts the
+	// communicator: a peer that never joins the all-reduce cannot hang us.
+	if err := comm.Wait(ctx, s); err != nil {
+		return err
 	}
-	if err := buf.CopyOut(cu, host); err != nil {
-		log.Fatal(err)
+	if err := nccl.CopyOut(host, buf); err != nil {
+		return err
 	}
 	scale := float64(job.Size * (job.Size + 1) / 2)
 	var checksum float64
 	for i, v := range host {
-		if want := scale * float64(i%100); math.Abs(float64(v)-want) > 0 {
-			log.Fatalf("rank %d: element %d = %v, want %v", job.Rank, i, v, want)
+		if want := scale * float64(i%100); float64(v) != want {
+			return fmt.Errorf("element %d = %v, want %v", i, v, want)
 		}
 		checksum += float64(v)
 	}
 	fmt.Printf("allreduce: rank %d/%d (%s) on GPU %d, NCCL %s: %d floats correct, checksum %.0f\n",
-		job.Rank, job.Size, job.Launcher, dev, lib.Version(), *n, checksum)
+		job.Rank, job.Size, job.Launcher, dev, lib.Version(), n, checksum)
+	return nil
+}
+
+// closeComm closes c, giving the other ranks timeout to close theirs too, and
+// reports its failure in *err unless an earlier error is there.
+func closeComm(c *nccl.Comm, timeout time.Duration, err *error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if cerr := c.Close(ctx); cerr != nil && *err == nil {
+		*err = fmt.Errorf("close: %w", cerr)
+	}
 }

@@ -5,22 +5,23 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gonccl/nccl"
-	"github.com/gonccl/nccl/abi"
-	"github.com/gonccl/nccl/collectives"
 )
 
 func main() {
 	k := flag.Int("k", 4096, "elements per block")
 	ngpu := flag.Int("gpus", 0, "ranks, one goroutine and GPU each (default: all GPUs)")
 	grouped := flag.Bool("grouped", false, "use grouped Send/Recv even where ncclAlltoAllv exists")
+	timeout := flag.Duration("timeout", 60*time.Second, "deadline for the other ranks to join and finish the exchange, and again to close")
 	flag.Parse()
 	lib, err := nccl.Open()
 	if err != nil {
@@ -39,14 +40,18 @@ func main() {
 	}
 	var wg sync.WaitGroup
 	var sum atomic.Uint64
-	paths := make([]collectives.Path, n)
+	paths := make([]nccl.Path, n)
 	errs := make([]error, n)
 	for r := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var cs uint64
-			paths[r], cs, errs[r] = rank(lib, id, n, r, m, *grouped)
+			var err error
+			paths[r], cs, err = rank(lib, id, n, r, m, *grouped, *timeout)
+			if err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+			}
 			sum.Add(cs)
 		}()
 	}
@@ -59,8 +64,8 @@ func main() {
 
 // layout builds the full matrices: rank i sends ((i+j)%3+1)·k elements to rank j,
 // packed in rank order on both sides.
-func layout(n, k int) collectives.Layout {
-	m := collectives.Layout{
+func layout(n, k int) nccl.Layout {
+	m := nccl.Layout{
 		SendCounts: make([]uint64, n*n), SendDispls: make([]uint64, n*n),
 		RecvCounts: make([]uint64, n*n), RecvDispls: make([]uint64, n*n),
 	}
@@ -91,37 +96,51 @@ func total(v []uint64) int {
 	return int(t)
 }
 
-func rank(lib *nccl.Library, id nccl.UniqueID, n, r int, m collectives.Layout, grouped bool) (collectives.Path, uint64, error) {
+func rank(lib *nccl.Library, id nccl.UniqueID, n, r int, m nccl.Layout, grouped bool, timeout time.Duration) (path nccl.Path, sum uint64, err error) {
 	cu := lib.CUDA()
-	comm, err := lib.InitRank(r, id, n, r)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	comm, err := lib.InitRank(ctx, r, id, n, r, nil)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer comm.Destroy()
-	s, err := cu.StreamCreate(r, abi.StreamNonBlocking)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer cu.StreamDestroy(s)
-	sendLen, recvLen := total(m.SendCounts[r*n:(r+1)*n]), total(m.RecvCounts[r*n:(r+1)*n])
-	alloc := func(elems int) (collectives.Buffer[int32], func(), error) {
-		if lib.Has("ncclAlltoAllv") && !grouped {
-			b, err := collectives.AllocSymmetric[int32](comm, elems)
-			return b, func() { collectives.FreeSymmetric(comm, b) }, err
+	defer closeComm(comm, timeout, &err)
+	if grouped {
+		if err := comm.SetPath(nccl.Grouped); err != nil {
+			return 0, 0, err
 		}
-		b, err := collectives.Alloc[int32](cu, r, elems)
-		return b, func() { b.Free(cu) }, err
 	}
-	send, freeSend, err := alloc(sendLen)
+	// The native ncclAlltoAllv needs buffers in symmetric windows; grouped
+	// Send/Recv takes any device memory.
+	path = comm.PathOf("AlltoAllv")
+	s, err := cu.NewStream(r, nccl.StreamNonBlocking)
 	if err != nil {
-		return 0, 0, err
+		return path, 0, err
 	}
-	defer freeSend()
-	recv, freeRecv, err := alloc(recvLen)
+	defer s.Destroy()
+	alloc := func(elems int) (nccl.Buffer, error) {
+		if path == nccl.Native {
+			return comm.AllocSymmetric(nccl.Int32, elems) // collective: every rank, same sizes, same order
+		}
+		return cu.Alloc(r, nccl.Int32, elems)
+	}
+	// Every rank allocates the largest block any rank needs: symmetric windows
+	// are the same size on every rank.
+	sendLen, recvLen := 0, 0
+	for i := range n {
+		sendLen = max(sendLen, total(m.SendCounts[i*n:(i+1)*n]))
+		recvLen = max(recvLen, total(m.RecvCounts[i*n:(i+1)*n]))
+	}
+	send, err := alloc(sendLen)
 	if err != nil {
-		return 0, 0, err
+		return path, 0, err
 	}
-	defer freeRecv()
+	defer send.Free() // for a symmetric buffer, collective too
+	recv, err := alloc(recvLen)
+	if err != nil {
+		return path, 0, err
+	}
+	defer recv.Free()
 	// Element e of the block for rank j encodes (sender, receiver, e).
 	host := make([]int32, sendLen)
 	for j := range n {
@@ -130,35 +149,38 @@ func rank(lib *nccl.Library, id nccl.UniqueID, n, r int, m collectives.Layout, g
 			host[d+e] = int32(r<<24 | j<<16 | e%65536)
 		}
 	}
-	if err := send.CopyIn(cu, host); err != nil {
-		return 0, 0, err
-	}
-	var path collectives.Path
-	if grouped {
-		path, err = collectives.Grouped, collectives.AlltoAllvGrouped(comm, send, recv, m, s)
-	} else {
-		path, err = collectives.AlltoAllv(comm, send, recv, m, s)
-	}
-	if err != nil {
+	if err := nccl.CopyIn(send, host); err != nil {
 		return path, 0, err
 	}
-	if err := cu.StreamSynchronize(s); err != nil {
+	if err := comm.AlltoAllv(send, recv, m, s); err != nil {
+		return path, 0, err
+	}
+	if err := comm.Wait(ctx, s); err != nil {
 		return path, 0, err
 	}
 	out := make([]int32, recvLen)
-	if err := recv.CopyOut(cu, out); err != nil {
+	if err := nccl.CopyOut(out, recv); err != nil {
 		return path, 0, err
 	}
-	var sum uint64
 	for i := range n {
 		d, c := int(m.RecvDispls[r*n+i]), int(m.RecvCounts[r*n+i])
 		for e := range c {
 			want := int32(i<<24 | r<<16 | e%65536)
 			if out[d+e] != want {
-				return path, 0, fmt.Errorf("rank %d: element %d from rank %d = %#x, want %#x", r, e, i, out[d+e], want)
+				return path, 0, fmt.Errorf("element %d from rank %d = %#x, want %#x", e, i, out[d+e], want)
 			}
 			sum += uint64(uint32(out[d+e]))
 		}
 	}
 	return path, sum, nil
+}
+
+// closeComm closes c, giving the other ranks timeout to close theirs too, and
+// reports its failure in *err unless an earlier error is there.
+func closeComm(c *nccl.Comm, timeout time.Duration, err *error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if cerr := c.Close(ctx); cerr != nil && *err == nil {
+		*err = fmt.Errorf("close: %w", cerr)
+	}
 }

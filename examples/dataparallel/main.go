@@ -7,6 +7,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,10 +15,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/gonccl/nccl"
-	"github.com/gonccl/nccl/abi"
-	"github.com/gonccl/nccl/collectives"
 )
 
 const features = 16
@@ -27,6 +27,7 @@ func main() {
 	perRank := flag.Int("samples", 4096, "training samples per rank")
 	steps := flag.Int("steps", 50, "gradient steps")
 	lr := flag.Float64("lr", 0.05, "learning rate")
+	timeout := flag.Duration("timeout", 60*time.Second, "deadline for the other ranks to join and finish every step, and again to close")
 	flag.Parse()
 	lib, err := nccl.Open()
 	if err != nil {
@@ -66,7 +67,10 @@ func main() {
 		go func() {
 			defer wg.Done()
 			lo, hi := r**perRank, (r+1)**perRank
-			weights[r], errs[r] = train(lib, id, n, r, xs[lo:hi], ys[lo:hi], *steps, *lr)
+			var err error
+			if weights[r], err = train(lib, id, n, r, xs[lo:hi], ys[lo:hi], *steps, *lr, *timeout); err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+			}
 		}()
 	}
 	wg.Wait()
@@ -120,36 +124,38 @@ func gradient(w []float64, xs [][]float64, ys []float64) []float64 {
 	return g
 }
 
-func train(lib *nccl.Library, id nccl.UniqueID, n, r int, xs [][]float64, ys []float64, steps int, lr float64) ([]float64, error) {
+func train(lib *nccl.Library, id nccl.UniqueID, n, r int, xs [][]float64, ys []float64, steps int, lr float64, timeout time.Duration) (w []float64, err error) {
 	cu := lib.CUDA()
-	comm, err := lib.InitRank(r, id, n, r)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	comm, err := lib.InitRank(ctx, r, id, n, r, nil)
 	if err != nil {
 		return nil, err
 	}
-	defer comm.Destroy()
-	s, err := cu.StreamCreate(r, abi.StreamNonBlocking)
+	defer closeComm(comm, timeout, &err)
+	s, err := cu.NewStream(r, nccl.StreamNonBlocking)
 	if err != nil {
 		return nil, err
 	}
-	defer cu.StreamDestroy(s)
-	grad, err := collectives.Alloc[float64](cu, r, features)
+	defer s.Destroy()
+	grad, err := cu.Alloc(r, nccl.Float64, features)
 	if err != nil {
 		return nil, err
 	}
-	defer grad.Free(cu)
-	w := make([]float64, features)
+	defer grad.Free()
+	w = make([]float64, features)
+	g := make([]float64, features)
 	for range steps {
-		if err := grad.CopyIn(cu, gradient(w, xs, ys)); err != nil {
+		if err := nccl.CopyIn(grad, gradient(w, xs, ys)); err != nil {
 			return nil, err
 		}
-		if err := collectives.AllReduce(comm, grad, grad, abi.Avg, s); err != nil {
+		if err := comm.AllReduce(grad, grad, nccl.Avg, s); err != nil {
 			return nil, err
 		}
-		if err := cu.StreamSynchronize(s); err != nil {
+		if err := comm.Wait(ctx, s); err != nil {
 			return nil, err
 		}
-		g := make([]float64, features)
-		if err := grad.CopyOut(cu, g); err != nil {
+		if err := nccl.CopyOut(g, grad); err != nil {
 			return nil, err
 		}
 		for f := range w {
@@ -157,4 +163,14 @@ func train(lib *nccl.Library, id nccl.UniqueID, n, r int, xs [][]float64, ys []f
 		}
 	}
 	return w, nil
+}
+
+// closeComm closes c, giving the other ranks timeout to close theirs too, and
+// reports its failure in *err unless an earlier error is there.
+func closeComm(c *nccl.Comm, timeout time.Duration, err *error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if cerr := c.Close(ctx); cerr != nil && *err == nil {
+		*err = fmt.Errorf("close: %w", cerr)
+	}
 }

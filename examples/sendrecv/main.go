@@ -6,21 +6,22 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"sync"
+	"time"
 
 	"github.com/gonccl/nccl"
-	"github.com/gonccl/nccl/abi"
-	"github.com/gonccl/nccl/collectives"
 )
 
 func main() {
 	n := flag.Int("n", 1<<20, "int32 elements passed around the ring")
 	ngpu := flag.Int("gpus", 0, "ranks, one goroutine and GPU each (default: all GPUs)")
 	steps := flag.Int("steps", 3, "trips around the ring")
+	timeout := flag.Duration("timeout", 60*time.Second, "deadline for the other ranks to join and finish the exchange, and again to close")
 	flag.Parse()
 	lib, err := nccl.Open()
 	if err != nil {
@@ -41,7 +42,9 @@ func main() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[r] = ring(lib, id, *ngpu, r, *n, *steps)
+			if err := ring(lib, id, *ngpu, r, *n, *steps, *timeout); err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+			}
 		}()
 	}
 	wg.Wait()
@@ -51,70 +54,104 @@ func main() {
 	fmt.Printf("sendrecv: %d ranks, %d steps around the ring of %d int32, NCCL %s: correct\n", *ngpu, *steps, *n, lib.Version())
 }
 
-func ring(lib *nccl.Library, id nccl.UniqueID, size, r, n, steps int) error {
+func ring(lib *nccl.Library, id nccl.UniqueID, size, r, n, steps int, timeout time.Duration) (err error) {
 	cu := lib.CUDA()
-	comm, err := lib.InitRank(r, id, size, r)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	comm, err := lib.InitRank(ctx, r, id, size, r, nil)
 	if err != nil {
 		return err
 	}
-	defer comm.Destroy()
-	compute, err := cu.StreamCreate(r, abi.StreamNonBlocking)
+	defer closeComm(comm, timeout, &err)
+	compute, err := cu.NewStream(r, nccl.StreamNonBlocking)
 	if err != nil {
 		return err
 	}
-	defer cu.StreamDestroy(compute)
-	commStream, err := cu.StreamCreate(r, abi.StreamNonBlocking)
+	defer compute.Destroy()
+	commStream, err := cu.NewStream(r, nccl.StreamNonBlocking)
 	if err != nil {
 		return err
 	}
-	defer cu.StreamDestroy(commStream)
-	a, err := collectives.Alloc[int32](cu, r, n)
+	defer commStream.Destroy()
+	// produced marks the end of the compute stream's work, exchanged the end
+	// of the communication stream's: each stream waits for the other's event
+	// on the GPU, and the host goes on.
+	produced, err := cu.NewEvent(r, nccl.EventDisableTiming)
 	if err != nil {
 		return err
 	}
-	defer a.Free(cu)
-	b, err := collectives.Alloc[int32](cu, r, n)
+	defer produced.Destroy()
+	exchanged, err := cu.NewEvent(r, nccl.EventDisableTiming)
 	if err != nil {
 		return err
 	}
-	defer b.Free(cu)
+	defer exchanged.Destroy()
+	a, err := cu.Alloc(r, nccl.Int32, n)
+	if err != nil {
+		return err
+	}
+	defer a.Free()
+	b, err := cu.Alloc(r, nccl.Int32, n)
+	if err != nil {
+		return err
+	}
+	defer b.Free()
 
 	// "Compute": each rank's bytes are its rank+1 (memset on the compute stream).
-	if err := cu.MemsetAsync(a.Ptr(), byte(r+1), a.Bytes(), compute); err != nil {
+	if err := a.MemsetAsync(byte(r+1), compute); err != nil {
 		return err
 	}
 	next, prev := (r+1)%size, (r+size-1)%size
 	for range steps {
-		if err := collectives.StreamWait(cu, r, commStream, compute); err != nil {
+		if err := produced.Record(compute); err != nil {
 			return err
 		}
+		if err := commStream.Wait(produced); err != nil {
+			return err
+		}
+		// Every rank sends and receives: both in one group, or each rank's
+		// Send would wait for a Recv its neighbour has not posted yet.
 		err := lib.Group(func() error {
-			if err := collectives.Send(comm, a, next, commStream); err != nil {
+			if err := comm.Send(a, next, commStream); err != nil {
 				return err
 			}
-			return collectives.Recv(comm, b, prev, commStream)
+			return comm.Recv(b, prev, commStream)
 		})
 		if err != nil {
 			return err
 		}
-		if err := collectives.StreamWait(cu, r, compute, commStream); err != nil {
+		if err := exchanged.Record(commStream); err != nil {
+			return err
+		}
+		if err := compute.Wait(exchanged); err != nil {
 			return err
 		}
 		a, b = b, a
 	}
-	if err := cu.StreamSynchronize(compute); err != nil {
+	// The compute stream now holds all the work; Wait gives up at the deadline.
+	if err := comm.Wait(ctx, compute); err != nil {
 		return err
 	}
 	host := make([]int32, n)
-	if err := a.CopyOut(cu, host); err != nil {
+	if err := nccl.CopyOut(host, a); err != nil {
 		return err
 	}
 	from := ((r-steps)%size+size)%size + 1
 	want := int32(from) * 0x01010101
 	for i, v := range host {
 		if v != want {
-			return fmt.Errorf("rank %d element %d = %#x, want %#x", r, i, v, want)
+			return fmt.Errorf("element %d = %#x, want %#x", i, v, want)
 		}
 	}
 	return nil
+}
+
+// closeComm closes c, giving the other ranks timeout to close theirs too, and
+// reports its failure in *err unless an earlier error is there.
+func closeComm(c *nccl.Comm, timeout time.Duration, err *error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if cerr := c.Close(ctx); cerr != nil && *err == nil {
+		*err = fmt.Errorf("close: %w", cerr)
+	}
 }

@@ -3,13 +3,13 @@
 package cgobench
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/ebitengine/purego"
 	"github.com/gonccl/nccl"
-	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/internal/ccall"
 	"github.com/gonccl/nccl/internal/fakes"
 )
@@ -60,27 +60,30 @@ func BenchmarkNoopC(b *testing.B) {
 // The hot path of the public API: an AllReduce of 0 elements (checked by the
 // library, then nothing to do), through Comm.AllReduce and through cgo.
 
-func setup(b *testing.B) (*nccl.Library, *nccl.Comm, nccl.DevicePtr, nccl.Stream) {
+func setup(b *testing.B) (*nccl.Library, *nccl.Comm, nccl.Buffer, nccl.Stream) {
 	l, err := nccl.Open(nccl.WithLibrary(fakes.NCCL(b, "default")), nccl.WithCUDARuntime(fakes.CUDART(b)))
 	if err != nil {
 		b.Fatal(err)
 	}
 	id, _ := l.GetUniqueID()
-	c, err := l.InitRank(0, id, 1, 0)
+	c, err := l.InitRank(context.Background(), 0, id, 1, 0, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	buf, _ := l.CUDA().Malloc(0, 64)
-	s, _ := l.CUDA().StreamCreate(0, abi.StreamNonBlocking)
-	b.Cleanup(func() { c.Destroy() })
-	return l, c, buf, s
+	buf, err := l.CUDA().Alloc(0, nccl.Float32, 16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, _ := l.CUDA().NewStream(0, nccl.StreamNonBlocking)
+	b.Cleanup(func() { c.Close(context.Background()) })
+	return l, c, buf.Slice(0, 0), s
 }
 
 func BenchmarkAllReduceGonccl(b *testing.B) {
 	_, c, buf, s := setup(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := c.AllReduce(buf, buf, 0, abi.Float32, abi.Sum, s); err != nil {
+		if err := c.AllReduce(buf, buf, nccl.Sum, s); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -92,7 +95,7 @@ func BenchmarkAllReduceCgo(b *testing.B) {
 	f, _ := purego.Dlsym(h, "ncclAllReduce")
 	b.ReportAllocs()
 	for b.Loop() {
-		if r := CallAllReduce(f, uintptr(buf), c.Handle(), uintptr(s)); r != 0 {
+		if r := CallAllReduce(f, uintptr(buf.Ptr()), c.Handle(), s.Handle()); r != 0 {
 			b.Fatal(r)
 		}
 	}

@@ -3,12 +3,12 @@
 package cgobench
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 
 	"github.com/ebitengine/purego"
 	"github.com/gonccl/nccl"
-	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/internal/fakes"
 )
 
@@ -19,7 +19,7 @@ import (
 type groupSetup struct {
 	lib   *nccl.Library
 	comms []*nccl.Comm
-	buf   [2]nccl.DevicePtr
+	buf   [2]nccl.Buffer
 	s     [2]nccl.Stream
 }
 
@@ -28,18 +28,22 @@ func setupGroup(b *testing.B) groupSetup {
 	if err != nil {
 		b.Fatal(err)
 	}
-	comms, err := l.InitAll([]int{0, 1})
+	comms, err := l.InitAll(context.Background(), []int{0, 1}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	g := groupSetup{lib: l, comms: comms}
 	for i := range 2 {
-		g.buf[i], _ = l.CUDA().Malloc(i, 64)
-		g.s[i], _ = l.CUDA().StreamCreate(i, abi.StreamNonBlocking)
+		buf, err := l.CUDA().Alloc(i, nccl.Float32, 16)
+		if err != nil {
+			b.Fatal(err)
+		}
+		g.buf[i] = buf.Slice(0, 0)
+		g.s[i], _ = l.CUDA().NewStream(i, nccl.StreamNonBlocking)
 	}
 	b.Cleanup(func() {
 		for _, c := range comms {
-			c.Destroy()
+			c.Close(context.Background())
 		}
 	})
 	return g
@@ -51,7 +55,7 @@ func BenchmarkGroupIterationGonccl(b *testing.B) {
 	for b.Loop() {
 		err := g.lib.Group(func() error {
 			for i, c := range g.comms {
-				if err := c.AllReduce(g.buf[i], g.buf[i], 0, abi.Float32, abi.Sum, g.s[i]); err != nil {
+				if err := c.AllReduce(g.buf[i], g.buf[i], nccl.Sum, g.s[i]); err != nil {
 					return err
 				}
 			}
@@ -79,7 +83,7 @@ func BenchmarkGroupIterationCgo(b *testing.B) {
 	start, end, ar := sym("ncclGroupStart"), sym("ncclGroupEnd"), sym("ncclAllReduce")
 	b.ReportAllocs()
 	for b.Loop() {
-		if r := GroupIteration(start, end, ar, uintptr(g.buf[0]), g.comms[0].Handle(), g.comms[1].Handle(), uintptr(g.s[0]), uintptr(g.s[1])); r != 0 {
+		if r := GroupIteration(start, end, ar, uintptr(g.buf[0].Ptr()), g.comms[0].Handle(), g.comms[1].Handle(), g.s[0].Handle(), g.s[1].Handle()); r != 0 {
 			b.Fatal(r)
 		}
 	}

@@ -37,6 +37,15 @@ var built struct {
 // Dir returns the folder holding the fake libraries, building them if needed.
 func Dir(tb testing.TB) string {
 	tb.Helper()
+	dir, err := Built()
+	if err != nil {
+		tb.Fatalf("building the fake libraries: %v", err)
+	}
+	return dir
+}
+
+// Built is Dir for callers without a testing.TB (TestMain).
+func Built() (string, error) {
 	built.once.Do(func() {
 		if d := os.Getenv("GONCCL_FAKE_DIR"); d != "" {
 			built.dir = d
@@ -47,10 +56,7 @@ func Dir(tb testing.TB) string {
 			built.err = Build(built.dir, "")
 		}
 	})
-	if built.err != nil {
-		tb.Fatalf("building the fake libraries: %v", built.err)
-	}
-	return built.dir
+	return built.dir, built.err
 }
 
 // Cleanup removes the folder Dir built, if it built one; call it from TestMain.

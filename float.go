@@ -1,25 +1,25 @@
-package collectives
+package nccl
 
 import (
 	"math"
 	"strconv"
 )
 
-// Float16 is an IEEE 754 binary16 value (ncclFloat16), held as its bit
+// F16 is an IEEE 754 binary16 value (ncclFloat16), held as its bit
 // pattern so buffers can be shared with the device unchanged.
-type Float16 uint16
+type F16 uint16
 
-// BFloat16 is a bfloat16 value (ncclBfloat16): the top 16 bits of a float32.
-type BFloat16 uint16
+// BF16 is a bfloat16 value (ncclBfloat16): the top 16 bits of a float32.
+type BF16 uint16
 
-// Float8E4M3 is an OCP FP8 E4M3 value (ncclFloat8e4m3, CUDA's __nv_fp8_e4m3):
+// F8E4M3 is an OCP FP8 E4M3 value (ncclFloat8e4m3, CUDA's __nv_fp8_e4m3):
 // exponent bias 7, no infinities, 0x7F and 0xFF are NaN, largest finite 448.
-type Float8E4M3 uint8
+type F8E4M3 uint8
 
-// Float8E5M2 is an OCP FP8 E5M2 value (ncclFloat8e5m2, CUDA's __nv_fp8_e5m2):
+// F8E5M2 is an OCP FP8 E5M2 value (ncclFloat8e5m2, CUDA's __nv_fp8_e5m2):
 // exponent bias 15, IEEE-style infinities (0x7C, 0xFC) and NaNs, largest
 // finite 57344.
-type Float8E5M2 uint8
+type F8E5M2 uint8
 
 // Canonical NaN encodings, as CUDA produces them.
 const (
@@ -80,9 +80,9 @@ func decode(neg bool, exp, frac uint64, mbits uint, bias int) float64 {
 	return v
 }
 
-// Float16From rounds f to the nearest Float16, ties to even. Values beyond
+// F16From rounds f to the nearest F16, ties to even. Values beyond
 // the finite range become ±Inf; NaN becomes the quiet NaN 0x7FFF.
-func Float16From(f float64) Float16 {
+func F16From(f float64) F16 {
 	b := math.Float64bits(f)
 	sign := uint16(b>>48) & 0x8000
 	abs := b &^ (1 << 63)
@@ -90,13 +90,13 @@ func Float16From(f float64) Float16 {
 	case abs > float64Inf:
 		return float16NaN
 	case abs >= 0x40F0000000000000: // 65536, past the rounding boundary 65520
-		return Float16(sign | 0x7C00)
+		return F16(sign | 0x7C00)
 	}
-	return Float16(sign | uint16(roundMag(abs, 10, 15)))
+	return F16(sign | uint16(roundMag(abs, 10, 15)))
 }
 
 // Float64 returns h's value exactly.
-func (h Float16) Float64() float64 {
+func (h F16) Float64() float64 {
 	exp, frac := uint64(h>>10)&0x1F, uint64(h)&0x3FF
 	if exp == 0x1F {
 		if frac != 0 {
@@ -107,11 +107,11 @@ func (h Float16) Float64() float64 {
 	return decode(h&0x8000 != 0, exp, frac, 10, 15)
 }
 
-func (h Float16) String() string { return strconv.FormatFloat(h.Float64(), 'g', -1, 64) }
+func (h F16) String() string { return strconv.FormatFloat(h.Float64(), 'g', -1, 64) }
 
-// BFloat16From rounds f to the nearest BFloat16, ties to even. Values beyond
+// BF16From rounds f to the nearest BF16, ties to even. Values beyond
 // the finite range become ±Inf; NaN becomes the quiet NaN 0x7FFF.
-func BFloat16From(f float64) BFloat16 {
+func BF16From(f float64) BF16 {
 	b := math.Float64bits(f)
 	sign := uint16(b>>48) & 0x8000
 	abs := b &^ (1 << 63)
@@ -119,23 +119,23 @@ func BFloat16From(f float64) BFloat16 {
 	case abs > float64Inf:
 		return bfloat16NaN
 	case abs >= 0x47F0000000000000: // 2^128, past the rounding boundary
-		return BFloat16(sign | 0x7F80)
+		return BF16(sign | 0x7F80)
 	}
-	return BFloat16(sign | uint16(roundMag(abs, 7, 127)))
+	return BF16(sign | uint16(roundMag(abs, 7, 127)))
 }
 
 // Float64 returns b's value exactly.
-func (b BFloat16) Float64() float64 {
+func (b BF16) Float64() float64 {
 	return float64(math.Float32frombits(uint32(b) << 16))
 }
 
-func (b BFloat16) String() string { return strconv.FormatFloat(b.Float64(), 'g', -1, 64) }
+func (b BF16) String() string { return strconv.FormatFloat(b.Float64(), 'g', -1, 64) }
 
-// Float8E4M3From rounds f to the nearest Float8E4M3, ties to even. Like
+// F8E4M3From rounds f to the nearest F8E4M3, ties to even. Like
 // CUDA's __NV_SATFINITE conversion, which NCCL's reduction kernels use,
 // anything beyond ±448 (infinities included) saturates to ±448; NaN becomes
 // 0x7F.
-func Float8E4M3From(f float64) Float8E4M3 {
+func F8E4M3From(f float64) F8E4M3 {
 	b := math.Float64bits(f)
 	sign := uint8(b>>56) & 0x80
 	abs := b &^ (1 << 63)
@@ -146,24 +146,24 @@ func Float8E4M3From(f float64) Float8E4M3 {
 	if c > 0x7E {
 		c = 0x7E
 	}
-	return Float8E4M3(sign | uint8(c))
+	return F8E4M3(sign | uint8(c))
 }
 
 // Float64 returns v's value exactly.
-func (v Float8E4M3) Float64() float64 {
+func (v F8E4M3) Float64() float64 {
 	if v&0x7F == 0x7F {
 		return math.NaN()
 	}
 	return decode(v&0x80 != 0, uint64(v>>3)&0xF, uint64(v)&7, 3, 7)
 }
 
-func (v Float8E4M3) String() string { return strconv.FormatFloat(v.Float64(), 'g', -1, 64) }
+func (v F8E4M3) String() string { return strconv.FormatFloat(v.Float64(), 'g', -1, 64) }
 
-// Float8E5M2From rounds f to the nearest Float8E5M2, ties to even. Like
+// F8E5M2From rounds f to the nearest F8E5M2, ties to even. Like
 // CUDA's __NV_SATFINITE conversion, which NCCL's reduction kernels use,
 // anything beyond ±57344 saturates to ±57344, infinities included, so ±Inf
 // never comes out; NaN becomes 0x7F.
-func Float8E5M2From(f float64) Float8E5M2 {
+func F8E5M2From(f float64) F8E5M2 {
 	b := math.Float64bits(f)
 	sign := uint8(b>>56) & 0x80
 	abs := b &^ (1 << 63)
@@ -174,11 +174,11 @@ func Float8E5M2From(f float64) Float8E5M2 {
 	if c > 0x7B {
 		c = 0x7B
 	}
-	return Float8E5M2(sign | uint8(c))
+	return F8E5M2(sign | uint8(c))
 }
 
 // Float64 returns v's value exactly.
-func (v Float8E5M2) Float64() float64 {
+func (v F8E5M2) Float64() float64 {
 	exp, frac := uint64(v>>2)&0x1F, uint64(v)&3
 	if exp == 0x1F {
 		if frac != 0 {
@@ -189,4 +189,4 @@ func (v Float8E5M2) Float64() float64 {
 	return decode(v&0x80 != 0, exp, frac, 2, 15)
 }
 
-func (v Float8E5M2) String() string { return strconv.FormatFloat(v.Float64(), 'g', -1, 64) }
+func (v F8E5M2) String() string { return strconv.FormatFloat(v.Float64(), 'g', -1, 64) }

@@ -1,4 +1,4 @@
-package collectives
+package nccl
 
 import (
 	"encoding/binary"
@@ -13,18 +13,18 @@ func FuzzLayout(f *testing.F) {
 	f.Add([]byte{}, 1, 0, 0, 0)
 	f.Add([]byte{255, 255, 255, 255, 255, 255, 255, 255, 1}, 3, 2, 10, 10)
 	f.Fuzz(func(t *testing.T, raw []byte, n, me, sendLen, recvLen int) {
-		n = 1 + abs(n)%5
-		me = abs(me) % n
-		sendLen, recvLen = abs(sendLen)%1000, abs(recvLen)%1000
+		n = 1 + absInt(n)%5
+		me = absInt(me) % n
+		sendLen, recvLen = absInt(sendLen)%1000, absInt(recvLen)%1000
 		next := func() uint64 {
 			if len(raw) < 2 {
 				return 0
 			}
 			v := uint64(binary.LittleEndian.Uint16(raw))
-			if v > 60000 {
-				v = ^uint64(0) - v // huge values: overflow attempts
-			}
 			raw = raw[2:]
+			if v > 60000 {
+				return ^uint64(0) - v // huge values: overflow attempts
+			}
 			return v % 50
 		}
 		m := Layout{make([]uint64, n*n), make([]uint64, n*n), make([]uint64, n*n), make([]uint64, n*n)}
@@ -39,12 +39,13 @@ func FuzzLayout(f *testing.F) {
 		if len(raw) > 0 && raw[0]%2 == 1 {
 			m.RecvCounts[0]++ // a mismatch the check must see
 		}
-		if err := m.checkMatrix(n, me, sendLen, recvLen); err != nil {
+		if err := m.check(n, me, sendLen, recvLen, false); err != nil {
 			return
 		}
 		for j := range n {
 			k := me*n + j
-			if m.SendDispls[k]+m.SendCounts[k] > uint64(sendLen) || m.RecvDispls[k]+m.RecvCounts[k] > uint64(recvLen) {
+			if m.SendDispls[k] > uint64(sendLen) || m.SendCounts[k] > uint64(sendLen)-m.SendDispls[k] ||
+				m.RecvDispls[k] > uint64(recvLen) || m.RecvCounts[k] > uint64(recvLen)-m.RecvDispls[k] {
 				t.Fatalf("accepted a block outside the buffers: %+v", m)
 			}
 			for i := range n {
@@ -53,13 +54,20 @@ func FuzzLayout(f *testing.F) {
 				}
 			}
 		}
-		if err := m.row(me, n).checkLocal(n, sendLen, recvLen); err != nil {
+		if err := m.row(me, n).check(n, me, sendLen, recvLen, true); err != nil {
 			t.Fatalf("the matrix passed but its row did not: %v", err)
+		}
+		// A row of the wrong length is refused in either form.
+		if n > 1 {
+			short := Layout{m.SendCounts[:n-1], m.SendDispls[:n-1], m.RecvCounts[:n-1], m.RecvDispls[:n-1]}
+			if short.check(n, me, sendLen, recvLen, true) == nil || short.check(n, me, sendLen, recvLen, false) == nil {
+				t.Fatalf("accepted %d entries for %d ranks", n-1, n)
+			}
 		}
 	})
 }
 
-func abs(v int) int {
+func absInt(v int) int {
 	if v < 0 {
 		if v == -v {
 			return 0

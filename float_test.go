@@ -1,4 +1,4 @@
-package collectives
+package nccl
 
 import (
 	"math"
@@ -11,13 +11,13 @@ import (
 
 func TestFloat16RoundTrip(t *testing.T) {
 	for i := 0; i < 1<<16; i++ {
-		h := Float16(i)
+		h := F16(i)
 		f := h.Float64()
 		wantNaN := i&0x7C00 == 0x7C00 && i&0x3FF != 0
 		if math.IsNaN(f) != wantNaN {
 			t.Fatalf("%#04x: Float64() = %v, NaN expected %v", i, f, wantNaN)
 		}
-		got := Float16From(f)
+		got := F16From(f)
 		if wantNaN {
 			if !math.IsNaN(got.Float64()) {
 				t.Errorf("%#04x: NaN came back as %#04x", i, uint16(got))
@@ -30,13 +30,13 @@ func TestFloat16RoundTrip(t *testing.T) {
 
 func TestBFloat16RoundTrip(t *testing.T) {
 	for i := 0; i < 1<<16; i++ {
-		b := BFloat16(i)
+		b := BF16(i)
 		f := b.Float64()
 		wantNaN := i&0x7F80 == 0x7F80 && i&0x7F != 0
 		if math.IsNaN(f) != wantNaN {
 			t.Fatalf("%#04x: Float64() = %v, NaN expected %v", i, f, wantNaN)
 		}
-		got := BFloat16From(f)
+		got := BF16From(f)
 		if wantNaN {
 			if !math.IsNaN(got.Float64()) {
 				t.Errorf("%#04x: NaN came back as %#04x", i, uint16(got))
@@ -49,13 +49,13 @@ func TestBFloat16RoundTrip(t *testing.T) {
 
 func TestFloat8E4M3RoundTrip(t *testing.T) {
 	for i := 0; i < 256; i++ {
-		v := Float8E4M3(i)
+		v := F8E4M3(i)
 		f := v.Float64()
 		wantNaN := i&0x7F == 0x7F
 		if math.IsNaN(f) != wantNaN || math.IsInf(f, 0) {
 			t.Fatalf("%#02x: Float64() = %v", i, f)
 		}
-		got := Float8E4M3From(f)
+		got := F8E4M3From(f)
 		if wantNaN {
 			if got != float8NaN {
 				t.Errorf("%#02x: NaN came back as %#02x", i, uint8(got))
@@ -68,14 +68,14 @@ func TestFloat8E4M3RoundTrip(t *testing.T) {
 
 func TestFloat8E5M2RoundTrip(t *testing.T) {
 	for i := 0; i < 256; i++ {
-		v := Float8E5M2(i)
+		v := F8E5M2(i)
 		f := v.Float64()
 		wantNaN := i&0x7C == 0x7C && i&3 != 0
 		wantInf := i&0x7F == 0x7C
 		if math.IsNaN(f) != wantNaN || math.IsInf(f, 0) != wantInf {
 			t.Fatalf("%#02x: Float64() = %v", i, f)
 		}
-		got := Float8E5M2From(f)
+		got := F8E5M2From(f)
 		switch {
 		case wantNaN:
 			if got != float8NaN {
@@ -83,7 +83,7 @@ func TestFloat8E5M2RoundTrip(t *testing.T) {
 			}
 		case wantInf:
 			// Saturating conversion: ±Inf comes back as ±max.
-			if want := Float8E5M2(i&0x80 | 0x7B); got != want {
+			if want := F8E5M2(i&0x80 | 0x7B); got != want {
 				t.Errorf("%#02x: Inf came back as %#02x, want %#02x", i, uint8(got), uint8(want))
 			}
 		case got != v:
@@ -135,11 +135,11 @@ func TestFloat16Known(t *testing.T) {
 		{math.NaN(), 0x7FFF},             // canonical NaN
 		{math.SmallestNonzeroFloat64, 0}, // float64 subnormal
 	} {
-		if got := Float16From(c.in); uint16(got) != c.want {
-			t.Errorf("Float16From(%v) = %#04x, want %#04x", c.in, uint16(got), c.want)
+		if got := F16From(c.in); uint16(got) != c.want {
+			t.Errorf("F16From(%v) = %#04x, want %#04x", c.in, uint16(got), c.want)
 		}
 	}
-	if s := Float16(0x3555).String(); s != "0.333251953125" {
+	if s := F16(0x3555).String(); s != "0.333251953125" {
 		t.Errorf("String() = %q", s)
 	}
 }
@@ -168,11 +168,11 @@ func TestBFloat16Known(t *testing.T) {
 		{-inf, 0xFF80},
 		{math.NaN(), 0x7FFF},
 	} {
-		if got := BFloat16From(c.in); uint16(got) != c.want {
-			t.Errorf("BFloat16From(%v) = %#04x, want %#04x", c.in, uint16(got), c.want)
+		if got := BF16From(c.in); uint16(got) != c.want {
+			t.Errorf("BF16From(%v) = %#04x, want %#04x", c.in, uint16(got), c.want)
 		}
 	}
-	if s := BFloat16(0x3F80).String(); s != "1" {
+	if s := BF16(0x3F80).String(); s != "1" {
 		t.Errorf("String() = %q", s)
 	}
 }
@@ -203,14 +203,14 @@ func TestFloat8E4M3Known(t *testing.T) {
 		{math.NaN(), 0x7F},
 		{-math.NaN(), 0x7F},
 	} {
-		if got := Float8E4M3From(c.in); uint16(got) != c.want {
-			t.Errorf("Float8E4M3From(%v) = %#02x, want %#02x", c.in, uint8(got), c.want)
+		if got := F8E4M3From(c.in); uint16(got) != c.want {
+			t.Errorf("F8E4M3From(%v) = %#02x, want %#02x", c.in, uint8(got), c.want)
 		}
 	}
-	if f := Float8E4M3(0x7E).Float64(); f != 448 {
+	if f := F8E4M3(0x7E).Float64(); f != 448 {
 		t.Errorf("0x7E = %v", f)
 	}
-	if s := Float8E4M3(0xFF).String(); s != "NaN" {
+	if s := F8E4M3(0xFF).String(); s != "NaN" {
 		t.Errorf("String() = %q", s)
 	}
 }
@@ -238,14 +238,14 @@ func TestFloat8E5M2Known(t *testing.T) {
 		{-inf, 0xFB},
 		{math.NaN(), 0x7F},
 	} {
-		if got := Float8E5M2From(c.in); uint16(got) != c.want {
-			t.Errorf("Float8E5M2From(%v) = %#02x, want %#02x", c.in, uint8(got), c.want)
+		if got := F8E5M2From(c.in); uint16(got) != c.want {
+			t.Errorf("F8E5M2From(%v) = %#02x, want %#02x", c.in, uint8(got), c.want)
 		}
 	}
-	if f := Float8E5M2(0xFC).Float64(); !math.IsInf(f, -1) {
+	if f := F8E5M2(0xFC).Float64(); !math.IsInf(f, -1) {
 		t.Errorf("0xFC = %v", f)
 	}
-	if s := Float8E5M2(0x7C).String(); s != "+Inf" {
+	if s := F8E5M2(0x7C).String(); s != "+Inf" {
 		t.Errorf("String() = %q", s)
 	}
 }
@@ -332,23 +332,23 @@ func randomInputs(r *rand.Rand, vals []float64, n, minExp, maxExp int) []float64
 }
 
 func TestFloat16Reference(t *testing.T) {
-	vals := valueTable(0x7C00, 65536, func(c int) float64 { return Float16(c).Float64() })
+	vals := valueTable(0x7C00, 65536, func(c int) float64 { return F16(c).Float64() })
 	r := rand.New(rand.NewPCG(1, 16))
 	for _, x := range randomInputs(r, vals, 4000, -30, 18) {
 		want := refCode(vals, x, 0x8000)
-		if got := Float16From(x); int(got) != want {
-			t.Errorf("Float16From(%v) = %#04x, reference %#04x", x, uint16(got), want)
+		if got := F16From(x); int(got) != want {
+			t.Errorf("F16From(%v) = %#04x, reference %#04x", x, uint16(got), want)
 		}
 	}
 }
 
 func TestBFloat16Reference(t *testing.T) {
-	vals := valueTable(0x7F80, p2(128), func(c int) float64 { return BFloat16(c).Float64() })
+	vals := valueTable(0x7F80, p2(128), func(c int) float64 { return BF16(c).Float64() })
 	r := rand.New(rand.NewPCG(2, 16))
 	for _, x := range randomInputs(r, vals, 3000, -140, 130) {
 		want := refCode(vals, x, 0x8000)
-		if got := BFloat16From(x); int(got) != want {
-			t.Errorf("BFloat16From(%v) = %#04x, reference %#04x", x, uint16(got), want)
+		if got := BF16From(x); int(got) != want {
+			t.Errorf("BF16From(%v) = %#04x, reference %#04x", x, uint16(got), want)
 		}
 	}
 }
@@ -368,8 +368,8 @@ func TestBFloat16Float32Reference(t *testing.T) {
 			return
 		}
 		x := float64(f)
-		if got, want := BFloat16From(x), rneBFloat16(f); uint16(got) != want {
-			t.Fatalf("BFloat16From(%v) = %#04x, reference %#04x", x, uint16(got), want)
+		if got, want := BF16From(x), rneBFloat16(f); uint16(got) != want {
+			t.Fatalf("BF16From(%v) = %#04x, reference %#04x", x, uint16(got), want)
 		}
 	}
 	// Every upper half with the low halves that matter for rounding.
@@ -384,28 +384,28 @@ func TestBFloat16Float32Reference(t *testing.T) {
 }
 
 func TestFloat8E4M3Reference(t *testing.T) {
-	vals := valueTable(0x7E, 0, func(c int) float64 { return Float8E4M3(c).Float64() })
+	vals := valueTable(0x7E, 0, func(c int) float64 { return F8E4M3(c).Float64() })
 	r := rand.New(rand.NewPCG(4, 8))
 	for _, x := range randomInputs(r, vals, 5000, -12, 11) {
 		want := refCode(vals, x, 0x80)
-		if got := Float8E4M3From(x); int(got) != want {
-			t.Errorf("Float8E4M3From(%v) = %#02x, reference %#02x", x, uint8(got), want)
+		if got := F8E4M3From(x); int(got) != want {
+			t.Errorf("F8E4M3From(%v) = %#02x, reference %#02x", x, uint8(got), want)
 		}
 	}
 }
 
 func TestFloat8E5M2Reference(t *testing.T) {
-	vals := valueTable(0x7B, 0, func(c int) float64 { return Float8E5M2(c).Float64() })
+	vals := valueTable(0x7B, 0, func(c int) float64 { return F8E5M2(c).Float64() })
 	r := rand.New(rand.NewPCG(5, 8))
 	for _, x := range randomInputs(r, vals, 5000, -19, 18) {
 		want := refCode(vals, x, 0x80)
-		if got := Float8E5M2From(x); int(got) != want {
-			t.Errorf("Float8E5M2From(%v) = %#02x, reference %#02x", x, uint8(got), want)
+		if got := F8E5M2From(x); int(got) != want {
+			t.Errorf("F8E5M2From(%v) = %#02x, reference %#02x", x, uint8(got), want)
 		}
 	}
 }
 
-var benchSink Float16
+var benchSink F16
 
 func BenchmarkFloat16From(b *testing.B) {
 	r := rand.New(rand.NewPCG(6, 16))
@@ -413,9 +413,9 @@ func BenchmarkFloat16From(b *testing.B) {
 	for i := range in {
 		in[i] = math.Ldexp(r.Float64()-0.5, r.IntN(40)-24)
 	}
-	var s Float16
+	var s F16
 	for i := 0; b.Loop(); i++ {
-		s ^= Float16From(in[i&1023])
+		s ^= F16From(in[i&1023])
 	}
 	benchSink = s
 }

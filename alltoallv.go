@@ -1,0 +1,160 @@
+package nccl
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// Layout gives the counts and displacements of an all-to-all-v, in elements.
+//
+// In the matrix form each slice holds Size()×Size() entries and row i belongs to
+// rank i, as VCCL's ncclAlltoAllv reads them: SendCounts[i*n+j] elements go
+// from rank i, starting at SendDispls[i*n+j] of its send buffer, to rank j,
+// which stores them from RecvDispls[j*n+i] of its receive buffer;
+// RecvCounts[j*n+i] must equal SendCounts[i*n+j]. Every rank passes the same
+// matrices (the sender reads the receiver's displacement).
+//
+// In the local form (MPI's Alltoallv) each slice holds Size() entries: this
+// rank's row.
+type Layout struct {
+	SendCounts, SendDispls, RecvCounts, RecvDispls []uint64
+}
+
+// AlltoAllv exchanges uneven blocks between all ranks (see Layout). With the
+// matrix form on buffers from AllocSymmetric and a library that has it (VCCL),
+// it runs the native ncclAlltoAllv; otherwise grouped Send/Recv, as PyTorch and
+// nccl-tests do, with the same result. The local form always runs grouped: the
+// native call needs every rank's row. send and recv must not overlap.
+//
+// The native call writes into peers' receive buffers as soon as their data is
+// ready, with no "receiver ready" handshake: before reusing a receive buffer for
+// the next exchange, make sure every rank is done reading it. NCCL reads the
+// matrices until the enclosing group ends: gonccl keeps them pinned until no
+// Group is open; do not change them before.
+func (c *Comm) AlltoAllv(send, recv Buffer, m Layout, s Stream) error {
+	const name = "AlltoAllv"
+	n := c.nranks
+	local := len(m.SendCounts) == n
+	if err := m.check(n, c.rank, send.n, recv.n, local); err != nil {
+		return err
+	}
+	if err := c.checkBuf(name, "send", send, recv.dt, send.n, s); err != nil {
+		return err
+	}
+	if err := c.checkBuf(name, "recv", recv, recv.dt, recv.n, s); err != nil {
+		return err
+	}
+	if overlap(send, recv) {
+		return argError(name, "send and recv overlap: all-to-all-v cannot run in place")
+	}
+	native, err := c.route(fnAlltoAllv)
+	if err != nil {
+		return err
+	}
+	windows := send.Window() != 0 && recv.Window() != 0
+	if Path(c.path.Load()) == Native && (local || !windows) {
+		return argError(name, "the native ncclAlltoAllv needs the matrix form and buffers from AllocSymmetric")
+	}
+	if native && !local && windows {
+		return c.alltoallvNative(send, recv, m, s)
+	}
+	row := m
+	if !local {
+		row = m.row(c.rank, n)
+	}
+	if err := c.lib.groupBegin(); err != nil {
+		return err
+	}
+	dt := recv.dt
+	for p := range n {
+		if k := int(row.SendCounts[p]); k > 0 {
+			if err = c.p2p(fnSend, send.ptr+offset(dt, int(row.SendDispls[p])), k, dt, p, s); err != nil {
+				break
+			}
+		}
+		if k := int(row.RecvCounts[p]); k > 0 {
+			if err = c.p2p(fnRecv, recv.ptr+offset(dt, int(row.RecvDispls[p])), k, dt, p, s); err != nil {
+				break
+			}
+		}
+	}
+	return c.lib.groupEnd(err)
+}
+
+// alltoallvNative calls VCCL's ncclAlltoAllv in the form the library was opened
+// with (10 or 11 arguments; relay buffers serve transfers across nodes and are
+// NULL here).
+func (c *Comm) alltoallvNative(send, recv Buffer, m Layout, s Stream) error {
+	l := c.lib
+	pin := new(runtime.Pinner)
+	for _, v := range [][]uint64{m.SendCounts, m.SendDispls, m.RecvCounts, m.RecvDispls} {
+		pin.Pin(&v[0])
+	}
+	sc, sd := uintptr(unsafe.Pointer(&m.SendCounts[0])), uintptr(unsafe.Pointer(&m.SendDispls[0]))
+	rc, rd := uintptr(unsafe.Pointer(&m.RecvCounts[0])), uintptr(unsafe.Pointer(&m.RecvDispls[0]))
+	var err error
+	if l.a2avABI == 10 {
+		err = c.stream(fnAlltoAllv, uintptr(send.ptr), sc, sd, uintptr(recv.ptr), rc, rd, 0, uintptr(recv.dt), 0, s.h)
+	} else {
+		err = c.stream(fnAlltoAllv, uintptr(send.ptr), sc, sd, uintptr(recv.ptr), rc, rd, 0, 0, uintptr(recv.dt), 0, s.h)
+	}
+	if l.groupsOpen.Load() == 0 {
+		pin.Unpin() // not in a group: NCCL is done with the matrices
+		return err
+	}
+	// Perhaps inside a group: kept until no group is open (see Group).
+	l.pinsMu.Lock()
+	l.pins = append(l.pins, pin)
+	l.pinsMu.Unlock()
+	l.releasePins()
+	return err
+}
+
+// row is rank me's row of a matrix layout, as a local layout.
+func (m Layout) row(me, n int) Layout {
+	return Layout{
+		SendCounts: m.SendCounts[me*n : (me+1)*n], SendDispls: m.SendDispls[me*n : (me+1)*n],
+		RecvCounts: m.RecvCounts[me*n : (me+1)*n], RecvDispls: m.RecvDispls[me*n : (me+1)*n],
+	}
+}
+
+func layoutError(format string, args ...any) error { return argError("AlltoAllv", format, args...) }
+
+// check validates the layout's form and that this rank's blocks lie inside its
+// buffers; the matrix form must also be consistent between senders and
+// receivers.
+func (m Layout) check(n, me, sendLen, recvLen int, local bool) error {
+	want := n * n
+	if local {
+		want = n
+	}
+	for _, f := range []struct {
+		name string
+		v    []uint64
+	}{{"SendCounts", m.SendCounts}, {"SendDispls", m.SendDispls}, {"RecvCounts", m.RecvCounts}, {"RecvDispls", m.RecvDispls}} {
+		if len(f.v) != want {
+			return layoutError("%s has %d entries, want %d (one row) or %d (the matrix)", f.name, len(f.v), n, n*n)
+		}
+	}
+	row := 0
+	if !local {
+		row = me
+		for i := range n {
+			for j := range n {
+				if m.SendCounts[i*n+j] != m.RecvCounts[j*n+i] {
+					return layoutError("rank %d sends %d elements to rank %d, which expects %d", i, m.SendCounts[i*n+j], j, m.RecvCounts[j*n+i])
+				}
+			}
+		}
+	}
+	for j := range n {
+		k := row*n + j
+		if m.SendDispls[k] > uint64(sendLen) || m.SendCounts[k] > uint64(sendLen)-m.SendDispls[k] {
+			return layoutError("block to rank %d (displacement %d, count %d) overruns the send buffer of %d", j, m.SendDispls[k], m.SendCounts[k], sendLen)
+		}
+		if m.RecvDispls[k] > uint64(recvLen) || m.RecvCounts[k] > uint64(recvLen)-m.RecvDispls[k] {
+			return layoutError("block from rank %d (displacement %d, count %d) overruns the receive buffer of %d", j, m.RecvDispls[k], m.RecvCounts[k], recvLen)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,145 @@
+package nccl_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/gonccl/nccl"
+)
+
+// Numbers reached C unchecked: Alloc of 2^61+16 float64 gave a 128-byte
+// allocation (the product wrapped), AllocSymmetric(-1) succeeded, nranks 2^32+1
+// reached NCCL as 1, a root or peer of 2^32 as 0, device 2^32 as device 0.
+// Every case must be refused before any C call, matching ErrInvalidArgument.
+
+func wantInvalid(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("%s: %v, want an error matching ErrInvalidArgument", what, err)
+	}
+}
+
+func TestBoundsSizes(t *testing.T) {
+	l := lcOpen(t)
+	cu := l.CUDA()
+	for _, n := range []int{1<<61 + 16, math.MaxInt, -1, math.MinInt} {
+		_, err := cu.Alloc(0, nccl.Float64, n)
+		wantInvalid(t, "Alloc", err)
+		_, err = l.MemAlloc(0, nccl.Float64, n)
+		wantInvalid(t, "MemAlloc", err)
+		_, err = cu.Wrap(0, 0x10000, nccl.Float64, n)
+		wantInvalid(t, "Wrap", err)
+	}
+	_, err := cu.Alloc(0, nccl.DataType(99), 1)
+	wantInvalid(t, "Alloc of an unknown type", err)
+	_, err = cu.Wrap(0, nccl.DevicePtr(math.MaxUint64-8), nccl.Uint8, 100)
+	wantInvalid(t, "Wrap past the end of the address space", err)
+	_, err = cu.MallocHost(-1)
+	wantInvalid(t, "MallocHost", err)
+	if live := lcCall(lcSym(t, "cudart", "fakecuda_live_allocations")); live != 0 {
+		t.Errorf("%d allocations made by refused calls", live)
+	}
+
+	id, _ := l.GetUniqueID()
+	c, err := l.InitRank(context.Background(), 0, id, 1, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	for _, n := range []int{-1, math.MaxInt, 1<<62 + 1} {
+		_, err := c.AllocSymmetric(nccl.Float32, n)
+		wantInvalid(t, "AllocSymmetric", err)
+	}
+	b, err := cu.Alloc(0, nccl.Float32, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	wantInvalid(t, "CopyIn past the end", nccl.CopyIn(b, make([]float32, 9)))
+	wantInvalid(t, "CopyIn of another type", nccl.CopyIn(b, make([]int32, 8)))
+	wantInvalid(t, "CopyOut past the end", nccl.CopyOut(make([]float32, 9), b))
+	wantInvalid(t, "Free of a slice", b.Slice(1, 2).Free())
+	wantInvalid(t, "Free of the zero Buffer", nccl.Buffer{}.Free())
+	defer func() {
+		if recover() == nil {
+			t.Error("Slice past the end did not panic")
+		}
+	}()
+	b.Slice(2, 9)
+}
+
+func TestBoundsRanksAndDevices(t *testing.T) {
+	l := lcOpen(t)
+	cu := l.CUDA()
+	ctx := context.Background()
+	id, _ := l.GetUniqueID()
+	for _, tc := range []struct {
+		what              string
+		dev, nranks, rank int
+	}{
+		{"nranks 2^32+1", 0, 1<<32 + 1, 0},
+		{"nranks 0", 0, 0, 0},
+		{"rank 2^32", 0, 2, 1 << 32},
+		{"rank -1", 0, 2, -1},
+		{"device 2^32", 1 << 32, 1, 0},
+		{"device -1", -1, 1, 0},
+	} {
+		_, err := l.InitRank(ctx, tc.dev, id, tc.nranks, tc.rank, nil)
+		wantInvalid(t, "InitRank "+tc.what, err)
+		_, err = l.InitRankScalable(ctx, tc.dev, []nccl.UniqueID{id}, tc.nranks, tc.rank, nil)
+		wantInvalid(t, "InitRankScalable "+tc.what, err)
+	}
+	_, err := l.InitRankScalable(ctx, 0, nil, 1, 0, nil)
+	wantInvalid(t, "InitRankScalable without ids", err)
+	_, err = l.InitAll(ctx, []int{0, 1 << 32}, nil)
+	wantInvalid(t, "InitAll device 2^32", err)
+	_, err = cu.Alloc(1<<32, nccl.Float32, 1)
+	wantInvalid(t, "Alloc on device 2^32", err)
+	_, err = cu.NewStream(1<<32, nccl.StreamNonBlocking)
+	wantInvalid(t, "NewStream on device 2^32", err)
+	wantInvalid(t, "OnDevice 2^32", cu.OnDevice(1<<32, func() error { return nil }))
+	wantInvalid(t, "DeviceSynchronize 2^32", cu.DeviceSynchronize(1<<32))
+
+	comms, err := l.InitAll(ctx, []int{0, 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close(ctx)
+		}
+	}()
+	c := comms[0]
+	b, _ := cu.Alloc(0, nccl.Float32, 4)
+	defer b.Free()
+	s, _ := cu.NewStream(0, nccl.StreamNonBlocking)
+	defer s.Destroy()
+	for _, r := range []int{1 << 32, -1, 2, math.MaxInt} {
+		wantInvalid(t, "Broadcast root", c.Broadcast(b, b, r, s))
+		wantInvalid(t, "Reduce root", c.Reduce(b, b, nccl.Sum, r, s))
+		wantInvalid(t, "Gather root", c.Gather(b, b, r, s))
+		wantInvalid(t, "Scatter root", c.Scatter(b, b, r, s))
+		wantInvalid(t, "Send peer", c.Send(b, r, s))
+		wantInvalid(t, "Recv peer", c.Recv(b, r, s))
+	}
+	wantInvalid(t, "AllReduce with a negative op", c.AllReduce(b, b, nccl.RedOp(-1), s))
+	for _, color := range []int{1 << 32, -2} {
+		_, err := c.Split(ctx, color, 0, nil)
+		wantInvalid(t, "Split color", err)
+	}
+	_, err = c.Split(ctx, 0, 1<<32, nil)
+	wantInvalid(t, "Split key", err)
+	other, _ := cu.Alloc(1, nccl.Float32, 4)
+	defer other.Free()
+	wantInvalid(t, "AllReduce of a buffer on another device", c.AllReduce(other, other, nccl.Sum, s))
+	s1, _ := cu.NewStream(1, nccl.StreamNonBlocking)
+	defer s1.Destroy()
+	wantInvalid(t, "AllReduce on a stream of another device", c.AllReduce(b, b, nccl.Sum, s1))
+	i32, _ := cu.Alloc(0, nccl.Int32, 4)
+	defer i32.Free()
+	wantInvalid(t, "AllReduce of two types", c.AllReduce(b, i32, nccl.Sum, s))
+	wantInvalid(t, "AllReduce of the zero Buffer", c.AllReduce(nccl.Buffer{}, b, nccl.Sum, s))
+	wantInvalid(t, "SetPath", c.SetPath(nccl.Path(7)))
+}

@@ -1,0 +1,256 @@
+package nccl
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// DevicePtr is an address in device memory (or any address NCCL accepts as a
+// buffer: registered host memory, managed memory).
+type DevicePtr uintptr
+
+// Buffer is Len elements of one DataType at an address on one CUDA device:
+// what every operation takes, as nccl4py's buffer specs. It is a small value,
+// copied freely; Slice views part of it. Make one with CUDA.Alloc,
+// Comm.AllocSymmetric, Library.MemAlloc, or CUDA.Wrap for memory another
+// library allocated (a PyTorch tensor's data_ptr, say).
+//
+// Copies, memsets and Free run on the buffer's device whatever device the
+// calling thread has current.
+type Buffer struct {
+	ptr DevicePtr
+	n   int
+	dt  DataType
+	mem *allocation // nil only for the zero Buffer
+}
+
+// allocation is what a Buffer and its slices share.
+type allocation struct {
+	cu    *CUDA
+	lib   *Library // for ncclMemFree
+	comm  *Comm    // the communicator of a symmetric window
+	dev   int
+	base  DevicePtr
+	size  int
+	kind  allocKind
+	win   uintptr
+	freed atomic.Bool
+}
+
+type allocKind int8
+
+const (
+	allocCUDA      allocKind = iota // cudaMalloc
+	allocNCCL                       // ncclMemAlloc
+	allocSymmetric                  // ncclMemAlloc and a symmetric window
+	allocForeign                    // CUDA.Wrap: not gonccl's to free
+)
+
+// Ptr is the device address of element 0.
+func (b Buffer) Ptr() DevicePtr { return b.ptr }
+
+// Len is the number of elements.
+func (b Buffer) Len() int { return b.n }
+
+// Type is the element type.
+func (b Buffer) Type() DataType { return b.dt }
+
+// Size is the size in bytes.
+func (b Buffer) Size() int { return b.n * b.dt.Size() }
+
+// Device is the CUDA device the memory lives on; -1 for the zero Buffer.
+func (b Buffer) Device() int {
+	if b.mem == nil {
+		return -1
+	}
+	return b.mem.dev
+}
+
+// Window is the symmetric window the buffer lies in, or 0.
+func (b Buffer) Window() uintptr {
+	if b.mem == nil {
+		return 0
+	}
+	return b.mem.win
+}
+
+// Slice is elements [from, to) of b. It panics on bad bounds, as a Go slice does.
+func (b Buffer) Slice(from, to int) Buffer {
+	if from < 0 || to < from || to > b.n {
+		panic(fmt.Sprintf("nccl: slice [%d:%d] of a buffer of %d", from, to, b.n))
+	}
+	return Buffer{ptr: b.ptr + DevicePtr(from*b.dt.Size()), n: to - from, dt: b.dt, mem: b.mem}
+}
+
+// Alloc allocates n elements of dt on device dev with cudaMalloc. Free it with
+// Buffer.Free.
+func (cu *CUDA) Alloc(dev int, dt DataType, n int) (Buffer, error) {
+	const op = "cudaMalloc"
+	size, err := bufferSize(op, dt, n)
+	if err != nil {
+		return Buffer{}, err
+	}
+	if err := checkDevice(op, dev); err != nil {
+		return Buffer{}, err
+	}
+	var p uintptr
+	err = cu.OnDevice(dev, func() error { return cu.callPtr(cuMalloc, uintptr(unsafe.Pointer(&p)), uintptr(size)) })
+	if err != nil {
+		return Buffer{}, err
+	}
+	return Buffer{ptr: DevicePtr(p), n: n, dt: dt, mem: &allocation{cu: cu, dev: dev, base: DevicePtr(p), size: size, kind: allocCUDA}}, nil
+}
+
+// Wrap describes memory allocated elsewhere: n elements of dt at ptr on device
+// dev. gonccl does not free it (Free refuses).
+func (cu *CUDA) Wrap(dev int, ptr DevicePtr, dt DataType, n int) (Buffer, error) {
+	const op = "Wrap"
+	size, err := bufferSize(op, dt, n)
+	if err != nil {
+		return Buffer{}, err
+	}
+	if err := checkDevice(op, dev); err != nil {
+		return Buffer{}, err
+	}
+	if ptr == 0 && n > 0 {
+		return Buffer{}, argError(op, "NULL pointer for %d elements", n)
+	}
+	if uint64(ptr)+uint64(size) < uint64(ptr) {
+		return Buffer{}, argError(op, "%d bytes at %#x wrap around the address space", size, ptr)
+	}
+	return Buffer{ptr: ptr, n: n, dt: dt, mem: &allocation{cu: cu, dev: dev, base: ptr, size: size, kind: allocForeign}}, nil
+}
+
+func bufferSize(op string, dt DataType, n int) (int, error) {
+	if !dt.Valid() {
+		return 0, argError(op, "unknown data type %v", dt)
+	}
+	return byteSize(op, n, dt.Size())
+}
+
+// Free frees the memory of an allocation made by gonccl: cudaFree on its
+// device, ncclMemFree, or for a symmetric buffer the window's deregistration
+// (collective: every rank frees together) and ncclMemFree. Pass the buffer the
+// allocation returned, not a slice of it. Memory from Wrap is refused.
+func (b Buffer) Free() error {
+	const op = "Free"
+	m := b.mem
+	switch {
+	case m == nil:
+		return argError(op, "the zero Buffer")
+	case m.kind == allocForeign:
+		return argError(op, "memory from Wrap belongs to whoever allocated it")
+	case b.ptr != m.base:
+		return argError(op, "a slice of an allocation (free the buffer Alloc returned)")
+	}
+	if !m.freed.CompareAndSwap(false, true) {
+		return argError(op, "buffer at %#x already freed", uintptr(b.ptr))
+	}
+	switch m.kind {
+	case allocCUDA:
+		return m.cu.OnDevice(m.dev, func() error { return m.cu.call(cuFree, uintptr(m.base)) })
+	case allocSymmetric:
+		err := m.comm.DeregisterWindow(Window{h: m.win, comm: m.comm})
+		if ferr := m.lib.memFree(m.dev, m.base); err == nil {
+			err = ferr
+		}
+		return err
+	}
+	return m.lib.memFree(m.dev, m.base)
+}
+
+func (b Buffer) cuda(op string) (*CUDA, error) {
+	if b.mem == nil || b.mem.cu == nil {
+		return nil, argError(op, "buffer has no CUDA runtime (zero Buffer, or its library was opened WithoutCUDARuntime)")
+	}
+	if b.mem.freed.Load() {
+		return nil, argError(op, "buffer at %#x was freed", uintptr(b.ptr))
+	}
+	return b.mem.cu, nil
+}
+
+// WriteBytes copies p into the start of b and returns once the bytes are on the
+// device (see CUDA's note on pageable copies in CopyIn).
+func (b Buffer) WriteBytes(p []byte) error {
+	const op = "cudaMemcpy"
+	cu, err := b.cuda(op)
+	if err != nil {
+		return err
+	}
+	if len(p) > b.Size() {
+		return argError(op, "%d bytes into a buffer of %d", len(p), b.Size())
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	return cu.OnDevice(b.mem.dev, func() error { return cu.copyToDevice(b.ptr, p) })
+}
+
+// ReadBytes copies the start of b into p, synchronously.
+func (b Buffer) ReadBytes(p []byte) error {
+	const op = "cudaMemcpy"
+	cu, err := b.cuda(op)
+	if err != nil {
+		return err
+	}
+	if len(p) > b.Size() {
+		return argError(op, "%d bytes out of a buffer of %d", len(p), b.Size())
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	return cu.OnDevice(b.mem.dev, func() error { return cu.copyFromDevice(p, b.ptr) })
+}
+
+// Memset sets every byte of b to v, synchronously.
+func (b Buffer) Memset(v byte) error {
+	const op = "cudaMemset"
+	cu, err := b.cuda(op)
+	if err != nil {
+		return err
+	}
+	return cu.OnDevice(b.mem.dev, func() error {
+		if err := cu.call(cuMemset, uintptr(b.ptr), uintptr(v), uintptr(b.Size())); err != nil {
+			return err
+		}
+		return cu.call(cuStreamSynchronize, 0)
+	})
+}
+
+// MemsetAsync enqueues setting every byte of b to v on s.
+func (b Buffer) MemsetAsync(v byte, s Stream) error {
+	const op = "cudaMemsetAsync"
+	cu, err := b.cuda(op)
+	if err != nil {
+		return err
+	}
+	return cu.call(cuMemsetAsync, uintptr(b.ptr), uintptr(v), uintptr(b.Size()), s.h)
+}
+
+// CopyIn copies host into the start of b, whose type must be T's, and returns
+// once the elements are on the device. A pageable cudaMemcpy returns before its
+// DMA lands and work on a non-blocking stream is not ordered after it, so
+// CopyIn also waits for the device's legacy stream, which carries that DMA.
+func CopyIn[T Element](b Buffer, host []T) error {
+	if t := TypeOf[T](); t != b.dt {
+		return argError("CopyIn", "%v elements into a buffer of %v", t, b.dt)
+	}
+	return b.WriteBytes(asBytes(host))
+}
+
+// CopyOut copies the start of b, whose type must be T's, into host, synchronously.
+func CopyOut[T Element](host []T, b Buffer) error {
+	if t := TypeOf[T](); t != b.dt {
+		return argError("CopyOut", "%v elements out of a buffer of %v", t, b.dt)
+	}
+	return b.ReadBytes(asBytes(host))
+}
+
+func asBytes[T Element](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(z)))
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+
+	"github.com/gonccl/nccl"
+	"github.com/gonccl/nccl/launch"
+)
+
+// row is one size of the table, and of -json's rows.
+type row struct {
+	Size      int        `json:"size"`
+	Count     int        `json:"count"`
+	Type      string     `json:"type"`
+	Op        string     `json:"redop"`
+	Root      int        `json:"root"`
+	OutTimeUs float64    `json:"out_of_place_time_us"`
+	OutAlgBW  float64    `json:"out_of_place_algbw"`
+	OutBusBW  float64    `json:"out_of_place_busbw"`
+	OutWrong  int        `json:"out_of_place_wrong"`
+	OutIter   *iterStats `json:"out_of_place_per_iter,omitempty"`
+	InTimeUs  float64    `json:"in_place_time_us"`
+	InAlgBW   float64    `json:"in_place_algbw"`
+	InBusBW   float64    `json:"in_place_busbw"`
+	InWrong   int        `json:"in_place_wrong"`
+	InIter    *iterStats `json:"in_place_per_iter,omitempty"`
+	InSkipped bool       `json:"in_place_skipped,omitempty"` // the operation does not run in place
+}
+
+// set fills the out-of-place or in-place half of the row from a result.
+func (r *row) set(inPlace bool, res result, busFactor float64) {
+	alg, bus := 0.0, 0.0
+	if !res.skipped {
+		alg = float64(r.Size) / res.us / 1e3 // bytes / µs → GB/s
+		bus = alg * busFactor
+	}
+	if inPlace {
+		r.InTimeUs, r.InAlgBW, r.InBusBW, r.InWrong, r.InIter, r.InSkipped = res.us, alg, bus, res.wrong, res.iter, res.skipped
+	} else {
+		r.OutTimeUs, r.OutAlgBW, r.OutBusBW, r.OutWrong, r.OutIter = res.us, alg, bus, res.wrong, res.iter
+	}
+}
+
+// busBW is the row's busbw as nccl-tests averages it: out of place and in
+// place (out of place alone where in place did not run).
+func (r *row) busBW() float64 {
+	if r.InSkipped {
+		return r.OutBusBW
+	}
+	return (r.OutBusBW + r.InBusBW) / 2
+}
+
+// report prints what rank 0 shows: nccl-tests' table, or JSON at the end.
+type report struct {
+	w       io.Writer
+	op      string
+	lib     *nccl.Library
+	path    string // native or grouped, for an operation that has both
+	ranks   int
+	job     launch.Job
+	gpus    int // per process
+	iters   int
+	warm    int
+	check   int
+	perIter bool
+	json    bool
+	show    bool // rank 0 prints
+
+	rows []row
+}
+
+func (p *report) header() {
+	if !p.show || p.json {
+		return
+	}
+	fmt.Fprintf(p.w, "# nccl-bench (gonccl) %s, NCCL %s from %s\n", p.op, p.lib.Version(), p.lib.Path)
+	fmt.Fprintf(p.w, "# nranks %d: %d process(es) × %d GPU(s), launcher %s; iters %d, warmup %d, check %d\n",
+		p.ranks, p.job.Size, p.gpus, p.job.Launcher, p.iters, p.warm, p.check)
+	it, itu := "", ""
+	if p.perIter {
+		it, itu = fmt.Sprintf("  %7s  %7s  %7s  %7s", "min", "max", "p99", "cv"), fmt.Sprintf("  %7s  %7s  %7s  %7s", "(us)", "(us)", "(us)", "(%)")
+	}
+	fmt.Fprintf(p.w, "#\n#%12s %12s %8s %6s %6s   %9s %8s %8s %6s%s   %9s %8s %8s %6s%s\n", "size", "count", "type", "redop", "root",
+		"time", "algbw", "busbw", "#wrong", it, "time", "algbw", "busbw", "#wrong", it)
+	fmt.Fprintf(p.w, "#%12s %12s %8s %6s %6s   %9s %8s %8s %6s%s   %9s %8s %8s %6s%s\n", "(B)", "(elements)", "", "", "",
+		"(us)", "(GB/s)", "(GB/s)", "", itu, "(us)", "(GB/s)", "(GB/s)", "", itu)
+}
+
+// add keeps a row and prints it in the table.
+func (p *report) add(r row) {
+	p.rows = append(p.rows, r)
+	if !p.show || p.json {
+		return
+	}
+	fmt.Fprintf(p.w, " %12d %12d %8s %6s %6d   %s   %s\n", r.Size, r.Count, r.Type, r.Op, r.Root,
+		p.half(r.OutTimeUs, r.OutAlgBW, r.OutBusBW, r.OutWrong, r.OutIter, false),
+		p.half(r.InTimeUs, r.InAlgBW, r.InBusBW, r.InWrong, r.InIter, r.InSkipped))
+}
+
+// half is the columns of one of out of place and in place; N/A in each
+// where the run did not happen.
+func (p *report) half(us, alg, bus float64, wrong int, st *iterStats, skipped bool) string {
+	if skipped {
+		s := fmt.Sprintf("%9s %8s %8s %6s", "N/A", "N/A", "N/A", "N/A")
+		if p.perIter {
+			s += fmt.Sprintf("  %7s  %7s  %7s  %7s", "N/A", "N/A", "N/A", "N/A")
+		}
+		return s
+	}
+	return fmt.Sprintf("%9.2f %8.2f %8.2f %6s%s", us, alg, bus, wrongText(wrong), iterText(st))
+}
+
+// iterText is -I's columns: min, max, p99 and cv% of the iterations.
+func iterText(st *iterStats) string {
+	if st == nil {
+		return ""
+	}
+	return fmt.Sprintf("  %7.2f  %7.2f  %7.2f  %7.2f", st.MinUs, st.MaxUs, st.P99Us, st.CVPct)
+}
+
+func wrongText(w int) string {
+	if w < 0 {
+		return "N/A"
+	}
+	return strconv.Itoa(w)
+}
+
+func (p *report) avgBusBW() float64 {
+	var sum float64
+	for _, r := range p.rows {
+		sum += r.busBW()
+	}
+	return sum / math.Max(1, float64(len(p.rows)))
+}
+
+// end prints the summary, or the JSON document.
+func (p *report) end() error {
+	if !p.show {
+		return nil
+	}
+	avg := p.avgBusBW()
+	if !p.json {
+		_, err := fmt.Fprintf(p.w, "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %g \n#\n", avg)
+		return err
+	}
+	doc := map[string]any{"op": p.op, "nccl": p.lib.Version().String(), "ranks": p.ranks,
+		"processes": p.job.Size, "gpus_per_process": p.gpus, "rows": p.rows, "avg_busbw": avg}
+	if p.path != "" {
+		doc["path"] = p.path
+	}
+	return json.NewEncoder(p.w).Encode(doc)
+}
+
+// plot draws the out-of-place busbw into an SVG file, beside a saved
+// nccl-tests output if overlay names one.
+func (p *report) plot(file, overlay string) error {
+	if !p.show {
+		return nil
+	}
+	lines := []series{{Name: "nccl-bench (gonccl)", Color: "#1f77b4"}}
+	for _, r := range p.rows {
+		lines[0].Points = append(lines[0].Points, [2]float64{float64(r.Size), r.OutBusBW})
+	}
+	if overlay != "" {
+		pts, err := readNCCLTests(overlay)
+		if err != nil {
+			return err
+		}
+		lines = append(lines, series{Name: "nccl-tests", Color: "#d62728", Points: pts})
+	}
+	title := fmt.Sprintf("%s, %d GPUs, NCCL %s: bus bandwidth (out of place)", p.op, p.ranks, p.lib.Version())
+	return os.WriteFile(file, []byte(svg(title, lines)), 0o644)
+}

@@ -1,0 +1,262 @@
+package nccl
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gonccl/nccl/abi"
+)
+
+// Comm is an NCCL communicator: one rank's member of a group of ranks that run
+// collective operations together.
+//
+// # Concurrency
+//
+// Every method may be called from any goroutine, but operations on one
+// communicator must reach NCCL in the same order on every rank: NCCL matches
+// the n-th operation of each rank with the n-th of the others. Two goroutines
+// issuing operations on one communicator at once interleave them differently
+// on different ranks, and the results are wrong or the job hangs. Issue a
+// communicator's operations from one goroutine at a time (or order them
+// yourself); use one communicator per concurrent stream of operations.
+//
+// Abort may be called at any moment from any goroutine: it is the way out of a
+// hung operation. It never frees the communicator under a call still inside
+// NCCL: the last such call to return frees it. After Abort or Close, every
+// method returns an error matching ErrClosed.
+//
+// # Blocking and non-blocking communicators
+//
+// A non-blocking communicator (ncclConfig_t.blocking = 0) returns from init,
+// Split and Close at once and lets gonccl wait for them outside NCCL, so a
+// context can end the wait and abort the communicator. A blocking one is
+// faster per operation (NCCL launches a non-blocking communicator's operations
+// from a thread it starts for each), but its init, Split and Close block inside
+// NCCL where no context can reach them. The mode is Config.Blocking; when that
+// is unset, a communicator is non-blocking if the context given to its init can
+// end (it has a deadline or can be cancelled), blocking otherwise. See
+// Comm.Blocking.
+type Comm struct {
+	lib      *Library
+	h        uintptr // ncclComm_t; valid while state says so, never cleared
+	dev      int
+	rank     int
+	nranks   int
+	blocking bool
+	cfg      *configBuffer // the ncclConfig_t and its strings, kept for the communicator's life
+	path     atomic.Int32  // Path for AlltoAll, Gather, Scatter, AlltoAllv
+
+	// Lifecycle: calls into NCCL count themselves in inflight while state is
+	// open (or closing, for Close's own calls). Abort moves state to aborting;
+	// whoever sees inflight reach zero in that state frees the communicator, so
+	// it is never freed under a call.
+	state    atomic.Int32
+	inflight atomic.Int32
+	released atomic.Bool
+	done     chan struct{} // closed once freed
+	freeErr  error         // what freeing returned; read after done
+
+	keptMu sync.Mutex
+	kept   []*uintptr // where NCCL writes after a call returned (non-blocking Split, windows)
+}
+
+// keep holds p, a place NCCL may write to after the call that was given it
+// returned, until the communicator is freed.
+func (c *Comm) keep(p *uintptr) {
+	c.keptMu.Lock()
+	c.kept = append(c.kept, p)
+	c.keptMu.Unlock()
+}
+
+// settled finishes a call on a non-blocking communicator: NCCL may have left
+// it in progress (a launch, a registration) and takes no other call until it
+// is done. Blocking communicators return err unchanged.
+func (c *Comm) settled(op string, err error) error {
+	if c.blocking || err != nil && !isInProgress(err) {
+		return err
+	}
+	return c.settle(op)
+}
+
+const (
+	stOpen     = iota
+	stClosing  // Close is finalizing: only its own calls enter
+	stAborting // Abort was asked for: nothing enters; the last call out frees
+	stClosed
+)
+
+// newComm wraps a handle NCCL returned and counts it open in the library.
+func (l *Library) newComm(h uintptr, dev, rank, nranks int, blocking bool, cfg *configBuffer) *Comm {
+	c := &Comm{lib: l, h: h, dev: dev, rank: rank, nranks: nranks, blocking: blocking, cfg: cfg, done: make(chan struct{})}
+	l.track(c)
+	return c
+}
+
+// enter admits a call into NCCL on c's handle. closing admits Close's own
+// calls while it finalizes. Every successful enter is paired with exit.
+func (c *Comm) enter(op string, closing bool) (uintptr, error) {
+	c.inflight.Add(1)
+	if s := c.state.Load(); s != stOpen && (!closing || s != stClosing) {
+		c.exit()
+		return 0, &ClosedError{Op: op, What: "communicator"}
+	}
+	return c.h, nil
+}
+
+// exit ends a call; the last call out of an aborted communicator frees it.
+func (c *Comm) exit() {
+	if c.inflight.Add(-1) == 0 && c.state.Load() == stAborting {
+		c.free(fnCommAbort)
+	}
+}
+
+// free releases the handle once, with ncclCommAbort or ncclCommDestroy.
+func (c *Comm) free(sym int) error {
+	if !c.released.CompareAndSwap(false, true) {
+		<-c.done
+		return c.freeErr
+	}
+	err := c.lib.call(sym, c.h)
+	if isInProgress(err) { // a non-blocking destroy runs on; NCCL owns it now
+		err = nil
+	}
+	c.freeErr = err
+	c.state.Store(stClosed)
+	c.cfg.free()
+	c.lib.untrack(c)
+	close(c.done)
+	return err
+}
+
+// Abort ends the communicator at once (ncclCommAbort), cancelling its
+// outstanding work on the GPU, and returns without waiting for calls other
+// goroutines have inside NCCL: the last of them to return frees it. It is the
+// way out of a hung operation, a blocked init, Split or Close, and of a peer
+// that died. It returns an error matching ErrClosed if the communicator was
+// already closed or aborted.
+//
+// A call blocked inside NCCL on a blocking communicator (its init, Split or
+// Close, or an operation NCCL blocks in) is not interrupted: NCCL offers no safe
+// way to, and the communicator is freed when that call returns. Non-blocking
+// communicators never block inside NCCL.
+func (c *Comm) Abort() error {
+	for {
+		s := c.state.Load()
+		if s == stAborting || s == stClosed {
+			return &ClosedError{Op: "ncclCommAbort", What: "communicator"}
+		}
+		if c.state.CompareAndSwap(s, stAborting) {
+			break
+		}
+	}
+	if c.inflight.Load() == 0 {
+		return c.free(fnCommAbort)
+	}
+	return nil
+}
+
+// Close waits for the communicator's outstanding work, then frees it
+// (ncclCommFinalize, then ncclCommDestroy). Every rank closes its
+// communicator. If ctx ends first, or Abort is called meanwhile, the
+// communicator is aborted instead and the error wraps ctx.Err() (or matches
+// ErrClosed). Later calls return an error matching ErrClosed.
+//
+// Only a non-blocking communicator's Close can be interrupted (see Comm).
+func (c *Comm) Close(ctx context.Context) error {
+	const op = "ncclCommFinalize"
+	if !c.state.CompareAndSwap(stOpen, stClosing) {
+		return &ClosedError{Op: op, What: "communicator"}
+	}
+	// Other goroutines' calls in NCCL finish first; they are short on a
+	// non-blocking communicator.
+	if err := c.waitFor(ctx, op, func() (bool, error) { return c.inflight.Load() == 0, nil }); err != nil {
+		return c.abortAfter(err)
+	}
+	h, err := c.enter(op, true)
+	if err != nil {
+		return err
+	}
+	err = c.lib.call(fnCommFinalize, h)
+	c.exit()
+	if isInProgress(err) {
+		err = c.waitReady(ctx, op, true)
+	}
+	if err != nil {
+		return c.abortAfter(err)
+	}
+	if c.state.Load() == stAborting {
+		// Abort came in meanwhile: it frees the communicator.
+		<-c.done
+		return &ClosedError{Op: "ncclCommDestroy", What: "communicator"}
+	}
+	return c.free(fnCommDestroy)
+}
+
+// abortAfter aborts the communicator after a failed close or wait and returns
+// cause, noting an abort failure.
+func (c *Comm) abortAfter(cause error) error {
+	if aerr := c.Abort(); aerr != nil && !isClosed(aerr) {
+		return fmt.Errorf("%w (and abort: %v)", cause, aerr)
+	}
+	return cause
+}
+
+// Done is closed once the communicator has been freed, by Close or by Abort.
+func (c *Comm) Done() <-chan struct{} { return c.done }
+
+// Device is the CUDA device ordinal of the communicator.
+func (c *Comm) Device() int { return c.dev }
+
+// Rank is this communicator's rank.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks.
+func (c *Comm) Size() int { return c.nranks }
+
+// Blocking reports whether the communicator is blocking (see Comm).
+func (c *Comm) Blocking() bool { return c.blocking }
+
+// Library is the library the communicator was made with.
+func (c *Comm) Library() *Library { return c.lib }
+
+// Handle is the raw ncclComm_t, for a C function gonccl does not wrap, or 0
+// once closed. The handle is freed by Close or Abort: do not use it after.
+func (c *Comm) Handle() uintptr {
+	if c.state.Load() == stClosed || c.released.Load() {
+		return 0
+	}
+	return c.h
+}
+
+// AsyncError is ncclCommGetAsyncError: nil, an error matching ErrInProgress while
+// a non-blocking init, Split, Close or operation runs, or the communicator's
+// asynchronous failure (a peer that died, a network error).
+func (c *Comm) AsyncError() error {
+	r, err := c.asyncResult("ncclCommGetAsyncError", false)
+	if err != nil {
+		return err
+	}
+	if r != abi.Success {
+		return &Error{Op: "ncclCommGetAsyncError", Code: r, Msg: c.lib.ErrorString(r)}
+	}
+	return nil
+}
+
+func (c *Comm) asyncResult(op string, closing bool) (abi.Result, error) {
+	h, err := c.enter(op, closing)
+	if err != nil {
+		return 0, err
+	}
+	var r int32
+	err = c.lib.callPtr(fnCommGetAsyncError, h, uintptr(unsafe.Pointer(&r)))
+	c.exit()
+	return abi.Result(r), err
+}
+
+func isClosed(err error) bool {
+	_, ok := err.(*ClosedError)
+	return ok
+}

@@ -1,0 +1,309 @@
+package nccl
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Communicator creation. Every form takes a context: with a non-blocking
+// communicator (see Comm) the init returns at once inside NCCL and gonccl waits
+// for it outside, so the context's end aborts it, frees what it took and
+// returns an error wrapping ctx.Err(). A rank that never arrives then costs
+// the others their deadline, not their process.
+
+// blockingFor decides a new communicator's mode: Config.Blocking if set, else
+// non-blocking when ctx can end (see Comm).
+func blockingFor(ctx context.Context, cfg *Config) bool {
+	if cfg != nil && cfg.Blocking != nil {
+		return *cfg.Blocking
+	}
+	return ctx.Done() == nil
+}
+
+// withBlocking is cfg with Blocking set, so NCCL gets the mode decided here.
+func withBlocking(cfg *Config, blocking bool) *Config {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Blocking = &blocking
+	return &c
+}
+
+// InitRank creates rank's communicator among nranks ranks on CUDA device dev
+// (ncclCommInitRankConfig). Every rank calls it with the same id. cfg may be
+// nil. It returns once every rank has joined, an error if NCCL fails, or, for
+// a non-blocking communicator, when ctx ends.
+func (l *Library) InitRank(ctx context.Context, dev int, id UniqueID, nranks, rank int, cfg *Config) (*Comm, error) {
+	const op = "ncclCommInitRankConfig"
+	if err := checkInitArgs(op, dev, nranks, rank); err != nil {
+		return nil, err
+	}
+	return l.initComm(ctx, op, dev, nranks, rank, cfg, func(h *uintptr, cfgPtr uintptr) error {
+		return l.structCall(fnCommInitRankConfig, 2, &id, uintptr(unsafe.Pointer(h)), uintptr(nranks), uintptr(rank), cfgPtr)
+	})
+}
+
+// InitRankScalable is InitRank with the bootstrap spread over several roots,
+// one per id (ncclCommInitRankScalable, NCCL >= 2.23).
+func (l *Library) InitRankScalable(ctx context.Context, dev int, ids []UniqueID, nranks, rank int, cfg *Config) (*Comm, error) {
+	const op = "ncclCommInitRankScalable"
+	if l.fn[fnCommInitRankScalable] == 0 {
+		return nil, l.unsupported(fnCommInitRankScalable)
+	}
+	if err := checkInitArgs(op, dev, nranks, rank); err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 || len(ids) > nranks {
+		return nil, argError(op, "%d ids for %d ranks: want 1 to nranks", len(ids), nranks)
+	}
+	return l.initComm(ctx, op, dev, nranks, rank, cfg, func(h *uintptr, cfgPtr uintptr) error {
+		err := l.callPtr(fnCommInitRankScalable, uintptr(unsafe.Pointer(h)), uintptr(nranks), uintptr(rank),
+			uintptr(len(ids)), uintptr(unsafe.Pointer(&ids[0])), cfgPtr)
+		runtime.KeepAlive(ids)
+		return err
+	})
+}
+
+func checkInitArgs(op string, dev, nranks, rank int) error {
+	if err := checkDevice(op, dev); err != nil {
+		return err
+	}
+	if err := checkInt32(op, "nranks", nranks, 1); err != nil {
+		return err
+	}
+	return checkRank(op, "rank", rank, nranks)
+}
+
+// initComm runs one init call on a locked thread with dev current (NCCL binds
+// the communicator to the calling thread's device), then waits for a
+// non-blocking one outside NCCL.
+func (l *Library) initComm(ctx context.Context, op string, dev, nranks, rank int, cfg *Config,
+	call func(h *uintptr, cfgPtr uintptr) error) (*Comm, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	blocking := blockingFor(ctx, cfg)
+	var c *Comm
+	err := l.onDevice(op, dev, func() error {
+		buf, ptr, err := encodeConfig(op, withBlocking(cfg, blocking), l.version)
+		if err != nil {
+			return err
+		}
+		var h uintptr
+		if err = call(&h, ptr); err != nil && !isInProgress(err) {
+			if h != 0 { // NCCL made the communicator before failing: free it
+				l.call(fnCommAbort, h)
+			}
+			buf.free()
+			return err
+		}
+		c = l.newComm(h, dev, rank, nranks, blocking, buf)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ready(ctx, op); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ready waits for a new non-blocking communicator to finish joining; on
+// failure or ctx's end it aborts it.
+func (c *Comm) ready(ctx context.Context, op string) error {
+	if c.blocking {
+		return nil
+	}
+	if err := c.waitReady(ctx, op, false); err != nil {
+		return c.abortAfter(err)
+	}
+	return nil
+}
+
+// InitAll creates one communicator per device of devs from this process:
+// comms[i] is rank i on devs[i]. A blocking set comes from ncclCommInitAll; a
+// non-blocking one (ctx can end, or cfg says so) from ncclGetUniqueId and one
+// ncclCommInitRankConfig per device in a group, as ncclCommInitAll does inside,
+// so that ctx can abort it. On failure no communicator is left open.
+func (l *Library) InitAll(ctx context.Context, devs []int, cfg *Config) ([]*Comm, error) {
+	const op = "ncclCommInitAll"
+	if err := l.live(op); err != nil {
+		return nil, err
+	}
+	if len(devs) == 0 {
+		return nil, argError(op, "no devices")
+	}
+	if err := checkInt32(op, "number of devices", len(devs), 1); err != nil {
+		return nil, err
+	}
+	for _, d := range devs {
+		if err := checkDevice(op, d); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if !blockingFor(ctx, cfg) || cfg != nil {
+		return l.initAllGrouped(ctx, devs, cfg)
+	}
+	hs := make([]uintptr, len(devs))
+	ds := make([]int32, len(devs))
+	for i, d := range devs {
+		ds[i] = int32(d)
+	}
+	if err := l.callPtr(fnCommInitAll, uintptr(unsafe.Pointer(&hs[0])), uintptr(len(devs)), uintptr(unsafe.Pointer(&ds[0]))); err != nil {
+		return nil, err
+	}
+	comms := make([]*Comm, len(devs))
+	for i, h := range hs {
+		comms[i] = l.newComm(h, devs[i], i, len(devs), true, nil)
+	}
+	return comms, nil
+}
+
+func (l *Library) initAllGrouped(ctx context.Context, devs []int, cfg *Config) ([]*Comm, error) {
+	id, err := l.GetUniqueID()
+	if err != nil {
+		return nil, err
+	}
+	n := len(devs)
+	comms := make([]*Comm, 0, n)
+	abortAll := func() {
+		for _, c := range comms {
+			c.Abort()
+		}
+	}
+	blocking := blockingFor(ctx, cfg)
+	err = l.Group(func() error {
+		for i, d := range devs {
+			err := l.onDevice("ncclCommInitRankConfig", d, func() error {
+				buf, ptr, err := encodeConfig("ncclCommInitRankConfig", withBlocking(cfg, blocking), l.version)
+				if err != nil {
+					return err
+				}
+				var h uintptr
+				err = l.structCall(fnCommInitRankConfig, 2, &id, uintptr(unsafe.Pointer(&h)), uintptr(n), uintptr(i), ptr)
+				if err != nil && !isInProgress(err) {
+					buf.free()
+					return err
+				}
+				comms = append(comms, l.newComm(h, d, i, n, blocking, buf))
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		abortAll()
+		return nil, err
+	}
+	for _, c := range comms {
+		if err := c.ready(ctx, "ncclCommInitAll"); err != nil {
+			abortAll()
+			return nil, err
+		}
+	}
+	return comms, nil
+}
+
+// Split creates a communicator of the ranks of c that pass the same color,
+// ordered by key, then by their rank in c (ncclCommSplit, NCCL >= 2.18). Every
+// rank of c calls it. A rank passing SplitNoColor gets a nil communicator and
+// no error. cfg may be nil; the new communicator has c's blocking mode. Only
+// the Split of a non-blocking communicator can be ended by ctx, which then
+// aborts c too: NCCL cannot abandon a split half done.
+func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (*Comm, error) {
+	const op = "ncclCommSplit"
+	l := c.lib
+	if l.fn[fnCommSplit] == 0 {
+		return nil, l.unsupported(fnCommSplit)
+	}
+	if color != SplitNoColor {
+		if err := checkInt32(op, "color", color, 0); err != nil {
+			return nil, err
+		}
+	}
+	if key < -1<<31 || key > 1<<31-1 {
+		return nil, argError(op, "key %d is not a C int", key)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	blocking := c.blocking
+	if cfg != nil && cfg.Blocking != nil && *cfg.Blocking != blocking {
+		return nil, argError(op, "Config.Blocking %v differs from the parent's: a split communicator keeps its parent's mode", *cfg.Blocking)
+	}
+	// A non-blocking split writes the new handle when it finishes, after the
+	// call returned: the place it writes to lives on the heap, referenced by
+	// the parent until the parent is freed.
+	out := new(uintptr)
+	c.keep(out)
+	var buf *configBuffer
+	err := l.onDevice(op, c.dev, func() error {
+		var ptr uintptr
+		var err error
+		if buf, ptr, err = encodeConfig(op, withBlocking(cfg, blocking), l.version); err != nil {
+			return err
+		}
+		h, err := c.enter(op, false)
+		if err != nil {
+			return err
+		}
+		err = l.callPtr(fnCommSplit, h, uintptr(int32(color)), uintptr(int32(key)), uintptr(unsafe.Pointer(out)), ptr)
+		c.exit()
+		return err
+	})
+	if isInProgress(err) || err == nil && !c.blocking {
+		// The parent says when the split is done; a context that ends first
+		// aborts the parent (the split cannot be abandoned alone) and with it
+		// the new communicator.
+		err = c.waitReady(ctx, op, false)
+		if err != nil {
+			err = c.abortAfter(err)
+		}
+	}
+	nh := atomic.LoadUintptr(out)
+	if err != nil || nh == 0 {
+		if nh != 0 {
+			l.call(fnCommAbort, nh)
+		}
+		buf.free()
+		return nil, err
+	}
+	nc := l.newComm(nh, c.dev, -1, -1, blocking, buf)
+	if err := nc.ready(ctx, op); err != nil {
+		return nil, err
+	}
+	if err := nc.readShape(); err != nil {
+		nc.Abort()
+		return nil, err
+	}
+	return nc, nil
+}
+
+// readShape asks NCCL for the rank and size of a communicator made by Split.
+func (c *Comm) readShape() error {
+	h, err := c.enter("ncclCommCount", false)
+	if err != nil {
+		return err
+	}
+	defer c.exit()
+	var n, r int32
+	if err := c.lib.callPtr(fnCommCount, h, uintptr(unsafe.Pointer(&n))); err != nil {
+		return err
+	}
+	if err := c.lib.callPtr(fnCommUserRank, h, uintptr(unsafe.Pointer(&r))); err != nil {
+		return err
+	}
+	c.nranks, c.rank = int(n), int(r)
+	return nil
+}

@@ -1,0 +1,391 @@
+package nccl
+
+import "strconv"
+
+// Stream operations: each enqueues work on stream s and returns; none
+// synchronises. Before any C call each checks what NCCL would not, or would
+// check only on the GPU: buffer lengths against the counts and the number of
+// ranks, that both buffers hold the same type and lie on the communicator's
+// device, that the stream is on it too, roots and peers, and the library's
+// support for the type. A failed check is an *Error matching
+// ErrInvalidArgument; a closed communicator, one matching ErrClosed.
+//
+// AlltoAll, Gather, Scatter and AlltoAllv run the library's own function
+// where it has one and grouped Send/Recv otherwise (see Path).
+
+// AllReduce reduces send across ranks into recv on every rank; both hold the
+// same number of elements. recv may be send (in place).
+func (c *Comm) AllReduce(send, recv Buffer, op RedOp, s Stream) error {
+	const name = "ncclAllReduce"
+	if err := c.checkPair(name, send, recv, recv.n, s); err != nil {
+		return err
+	}
+	if err := c.checkOp(name, op); err != nil {
+		return err
+	}
+	return c.stream(fnAllReduce, uintptr(send.ptr), uintptr(recv.ptr), uintptr(recv.n), uintptr(recv.dt), uintptr(op), 0, s.h)
+}
+
+// Broadcast copies root's send into every rank's recv. send is read on root
+// only; other ranks may pass the zero Buffer. recv may be send on root.
+func (c *Comm) Broadcast(send, recv Buffer, root int, s Stream) error {
+	const name = "ncclBroadcast"
+	if err := c.checkRoot(name, "root", root); err != nil {
+		return err
+	}
+	if err := c.checkBuf(name, "recv", recv, recv.dt, recv.n, s); err != nil {
+		return err
+	}
+	if c.rank == root {
+		if err := c.checkBuf(name, "send", send, recv.dt, recv.n, s); err != nil {
+			return err
+		}
+	} else {
+		send.ptr = recv.ptr
+	}
+	return c.stream(fnBroadcast, uintptr(send.ptr), uintptr(recv.ptr), uintptr(recv.n), uintptr(recv.dt), uintptr(int32(root)), 0, s.h)
+}
+
+// Reduce reduces send across ranks into root's recv. Other ranks may pass the
+// zero Buffer as recv.
+func (c *Comm) Reduce(send, recv Buffer, op RedOp, root int, s Stream) error {
+	const name = "ncclReduce"
+	if err := c.checkRoot(name, "root", root); err != nil {
+		return err
+	}
+	if err := c.checkBuf(name, "send", send, send.dt, send.n, s); err != nil {
+		return err
+	}
+	if c.rank == root {
+		if err := c.checkBuf(name, "recv", recv, send.dt, send.n, s); err != nil {
+			return err
+		}
+	} else {
+		recv.ptr = send.ptr
+	}
+	if err := c.checkOp(name, op); err != nil {
+		return err
+	}
+	return c.stream(fnReduce, uintptr(send.ptr), uintptr(recv.ptr), uintptr(send.n), uintptr(send.dt), uintptr(op), uintptr(int32(root)), 0, s.h)
+}
+
+// AllGather gathers every rank's send into recv, which holds Size()×send.Len()
+// elements, rank i's block at i×send.Len(). In place: send is
+// recv.Slice(rank×k, (rank+1)×k).
+func (c *Comm) AllGather(send, recv Buffer, s Stream) error {
+	const name = "ncclAllGather"
+	if err := c.checkBuf(name, "send", send, send.dt, send.n, s); err != nil {
+		return err
+	}
+	if err := c.checkBuf(name, "recv", recv, send.dt, send.n*c.nranks, s); err != nil {
+		return err
+	}
+	return c.stream(fnAllGather, uintptr(send.ptr), uintptr(recv.ptr), uintptr(send.n), uintptr(send.dt), 0, s.h)
+}
+
+// ReduceScatter reduces send (Size()×recv.Len() elements) across ranks and
+// leaves block rank in recv. In place: recv is send.Slice(rank×k, (rank+1)×k).
+func (c *Comm) ReduceScatter(send, recv Buffer, op RedOp, s Stream) error {
+	const name = "ncclReduceScatter"
+	if err := c.checkBuf(name, "recv", recv, recv.dt, recv.n, s); err != nil {
+		return err
+	}
+	if err := c.checkBuf(name, "send", send, recv.dt, recv.n*c.nranks, s); err != nil {
+		return err
+	}
+	if err := c.checkOp(name, op); err != nil {
+		return err
+	}
+	return c.stream(fnReduceScatter, uintptr(send.ptr), uintptr(recv.ptr), uintptr(recv.n), uintptr(recv.dt), uintptr(op), 0, s.h)
+}
+
+// Send sends buf to peer, which posts a Recv of the same length and type. A
+// rank that both sends and receives does so inside one Group.
+func (c *Comm) Send(buf Buffer, peer int, s Stream) error {
+	const name = "ncclSend"
+	if err := c.checkRoot(name, "peer", peer); err != nil {
+		return err
+	}
+	if err := c.checkBuf(name, "buf", buf, buf.dt, buf.n, s); err != nil {
+		return err
+	}
+	return c.stream(fnSend, uintptr(buf.ptr), uintptr(buf.n), uintptr(buf.dt), uintptr(int32(peer)), 0, s.h)
+}
+
+// Recv receives into buf from peer.
+func (c *Comm) Recv(buf Buffer, peer int, s Stream) error {
+	const name = "ncclRecv"
+	if err := c.checkRoot(name, "peer", peer); err != nil {
+		return err
+	}
+	if err := c.checkBuf(name, "buf", buf, buf.dt, buf.n, s); err != nil {
+		return err
+	}
+	return c.stream(fnRecv, uintptr(buf.ptr), uintptr(buf.n), uintptr(buf.dt), uintptr(int32(peer)), 0, s.h)
+}
+
+// AlltoAll sends block j of send to rank j and receives rank j's block into
+// block j of recv; both hold Size()×k elements. send and recv must not
+// overlap: NCCL exchanges the blocks with concurrent sends and receives (an
+// in-place exchange was seen corrupted on H200 with NCCL 2.28.3).
+func (c *Comm) AlltoAll(send, recv Buffer, s Stream) error {
+	const name = "ncclAlltoAll"
+	if send.n%c.nranks != 0 {
+		return argError(name, "send has %d elements, not a multiple of %d ranks", send.n, c.nranks)
+	}
+	if err := c.checkPair(name, send, recv, send.n, s); err != nil {
+		return err
+	}
+	if overlap(send, recv) {
+		return argError(name, "send and recv overlap: AlltoAll cannot run in place")
+	}
+	k := send.n / c.nranks
+	native, err := c.route(fnAlltoAll)
+	if err != nil {
+		return err
+	}
+	if native {
+		return c.stream(fnAlltoAll, uintptr(send.ptr), uintptr(recv.ptr), uintptr(k), uintptr(send.dt), 0, s.h)
+	}
+	if err := c.lib.groupBegin(); err != nil {
+		return err
+	}
+	for p := range c.nranks {
+		if err = c.p2p(fnSend, send.ptr+offset(send.dt, p*k), k, send.dt, p, s); err != nil {
+			break
+		}
+		if err = c.p2p(fnRecv, recv.ptr+offset(recv.dt, p*k), k, recv.dt, p, s); err != nil {
+			break
+		}
+	}
+	return c.lib.groupEnd(err)
+}
+
+// Gather collects every rank's send into root's recv (Size()×send.Len()
+// elements, rank i's block at i×send.Len()); other ranks may pass the zero
+// Buffer as recv.
+func (c *Comm) Gather(send, recv Buffer, root int, s Stream) error {
+	const name = "ncclGather"
+	if err := c.checkRoot(name, "root", root); err != nil {
+		return err
+	}
+	if err := c.checkBuf(name, "send", send, send.dt, send.n, s); err != nil {
+		return err
+	}
+	k := send.n
+	if c.rank == root {
+		if err := c.checkBuf(name, "recv", recv, send.dt, k*c.nranks, s); err != nil {
+			return err
+		}
+	} else {
+		recv.ptr = send.ptr
+	}
+	native, err := c.route(fnGather)
+	if err != nil {
+		return err
+	}
+	if native {
+		return c.stream(fnGather, uintptr(send.ptr), uintptr(recv.ptr), uintptr(k), uintptr(send.dt), uintptr(int32(root)), 0, s.h)
+	}
+	if err := c.lib.groupBegin(); err != nil {
+		return err
+	}
+	if c.rank == root {
+		for p := range c.nranks {
+			if err = c.p2p(fnRecv, recv.ptr+offset(send.dt, p*k), k, send.dt, p, s); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil {
+		err = c.p2p(fnSend, send.ptr, k, send.dt, root, s)
+	}
+	return c.lib.groupEnd(err)
+}
+
+// Scatter sends block i of root's send (Size()×recv.Len() elements) to rank i's
+// recv; other ranks may pass the zero Buffer as send.
+func (c *Comm) Scatter(send, recv Buffer, root int, s Stream) error {
+	const name = "ncclScatter"
+	if err := c.checkRoot(name, "root", root); err != nil {
+		return err
+	}
+	if err := c.checkBuf(name, "recv", recv, recv.dt, recv.n, s); err != nil {
+		return err
+	}
+	k := recv.n
+	if c.rank == root {
+		if err := c.checkBuf(name, "send", send, recv.dt, k*c.nranks, s); err != nil {
+			return err
+		}
+	} else {
+		send.ptr = recv.ptr
+	}
+	native, err := c.route(fnScatter)
+	if err != nil {
+		return err
+	}
+	if native {
+		return c.stream(fnScatter, uintptr(send.ptr), uintptr(recv.ptr), uintptr(k), uintptr(recv.dt), uintptr(int32(root)), 0, s.h)
+	}
+	if err := c.lib.groupBegin(); err != nil {
+		return err
+	}
+	if c.rank == root {
+		for p := range c.nranks {
+			if err = c.p2p(fnSend, send.ptr+offset(recv.dt, p*k), k, recv.dt, p, s); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil {
+		err = c.p2p(fnRecv, recv.ptr, k, recv.dt, root, s)
+	}
+	return c.lib.groupEnd(err)
+}
+
+// Path is how AlltoAll, Gather, Scatter and AlltoAllv run.
+type Path int32
+
+const (
+	// Auto: the library's own function where it has it, else grouped.
+	Auto Path = iota
+	// Native: the library's own function (ncclAlltoAll, ncclGather,
+	// ncclScatter from NCCL 2.28; VCCL's ncclAlltoAllv); an error matching
+	// ErrNotSupported where it lacks it.
+	Native
+	// Grouped: ncclSend and ncclRecv to every peer inside one group, as
+	// PyTorch and nccl-tests do, whatever the library has.
+	Grouped
+)
+
+func (p Path) String() string {
+	switch p {
+	case Auto:
+		return "auto"
+	case Native:
+		return "native"
+	case Grouped:
+		return "grouped"
+	}
+	return "Path(" + strconv.Itoa(int(p)) + ")"
+}
+
+// SetPath chooses how the communicator runs AlltoAll, Gather, Scatter and
+// AlltoAllv from now on (Auto by default).
+func (c *Comm) SetPath(p Path) error {
+	if p < Auto || p > Grouped {
+		return argError("SetPath", "unknown path %d", int(p))
+	}
+	c.path.Store(int32(p))
+	return nil
+}
+
+// PathOf says how the next call of the named operation ("AlltoAll", "Gather",
+// "Scatter", "AlltoAllv") would run: Native or Grouped. AlltoAllv runs
+// natively only on buffers in symmetric windows too.
+func (c *Comm) PathOf(op string) Path {
+	sym := map[string]int{"AlltoAll": fnAlltoAll, "Gather": fnGather, "Scatter": fnScatter, "AlltoAllv": fnAlltoAllv}[op]
+	if sym == 0 {
+		return Grouped
+	}
+	if native, _ := c.route(sym); native {
+		return Native
+	}
+	return Grouped
+}
+
+// route decides native or grouped for one call: an index into the symbol
+// table, no string.
+func (c *Comm) route(sym int) (bool, error) {
+	switch Path(c.path.Load()) {
+	case Grouped:
+		return false, nil
+	case Native:
+		if c.lib.fn[sym] == 0 {
+			return false, c.lib.unsupported(sym)
+		}
+		return true, nil
+	}
+	return c.lib.fn[sym] != 0, nil
+}
+
+// stream runs a stream operation whose last two C arguments are the
+// communicator and the stream: args holds a placeholder for the communicator,
+// filled in once the call is admitted. No allocation.
+func (c *Comm) stream(sym int, args ...uintptr) error {
+	h, err := c.enter(ncclSymbols[sym].name, false)
+	if err != nil {
+		return err
+	}
+	args[len(args)-2] = h
+	err = c.lib.call(sym, args...)
+	c.exit()
+	return c.settled(ncclSymbols[sym].name, err)
+}
+
+// p2p is an unchecked Send or Recv, for the grouped paths.
+func (c *Comm) p2p(sym int, p DevicePtr, n int, dt DataType, peer int, s Stream) error {
+	return c.stream(sym, uintptr(p), uintptr(n), uintptr(dt), uintptr(int32(peer)), 0, s.h)
+}
+
+func offset(dt DataType, elems int) DevicePtr { return DevicePtr(elems * dt.Size()) }
+
+// overlap reports whether two buffers share memory.
+func overlap(a, b Buffer) bool {
+	return a.n > 0 && b.n > 0 && a.ptr < b.ptr+offset(b.dt, b.n) && b.ptr < a.ptr+offset(a.dt, a.n)
+}
+
+// checkPair checks a send and a receive buffer of the same type and length want.
+func (c *Comm) checkPair(op string, send, recv Buffer, want int, s Stream) error {
+	if err := c.checkBuf(op, "send", send, recv.dt, want, s); err != nil {
+		return err
+	}
+	return c.checkBuf(op, "recv", recv, recv.dt, want, s)
+}
+
+// checkBuf checks one buffer: type dt, want elements, on the communicator's
+// device, as the stream is; and the type's support by the library.
+func (c *Comm) checkBuf(op, name string, b Buffer, dt DataType, want int, s Stream) error {
+	if b.n != want {
+		return argError(op, "%s has %d elements, want %d", name, b.n, want)
+	}
+	if b.dt != dt {
+		return argError(op, "%s holds %v, the operation moves %v", name, b.dt, dt)
+	}
+	if !c.lib.typeOK(dt) {
+		if !dt.Valid() {
+			return argError(op, "%s: unknown data type %v", name, dt)
+		}
+		return &UnsupportedError{Name: dt.String(), Path: c.lib.Path, Version: c.lib.version, Requires: ">= " + shortVersion(dt.Since())}
+	}
+	if want > 0 {
+		if b.mem == nil {
+			return argError(op, "%s is the zero Buffer", name)
+		}
+		if b.mem.dev != c.dev {
+			return argError(op, "%s is on device %d, the communicator on device %d", name, b.mem.dev, c.dev)
+		}
+	}
+	if s.cu != nil && s.dev != c.dev {
+		return argError(op, "stream is on device %d, the communicator on device %d", s.dev, c.dev)
+	}
+	return nil
+}
+
+func (c *Comm) checkRoot(op, name string, r int) error {
+	if r < 0 || r >= c.nranks {
+		return argError(op, "%s %d out of range [0, %d)", name, r, c.nranks)
+	}
+	return nil
+}
+
+func (c *Comm) checkOp(name string, op RedOp) error {
+	if op < 0 || !c.lib.version.AtLeast(op.Since()) {
+		if op < 0 {
+			return argError(name, "invalid reduction %v", op)
+		}
+		return &UnsupportedError{Name: op.String(), Path: c.lib.Path, Version: c.lib.version, Requires: ">= " + shortVersion(op.Since())}
+	}
+	return nil
+}

@@ -1,0 +1,216 @@
+package nccl
+
+import (
+	"time"
+	"unsafe"
+
+	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/ccall"
+)
+
+// Stream is a CUDA stream on one device. The zero Stream is the legacy
+// default stream of whichever device the call runs on (a communicator's, for
+// its operations). Make one with CUDA.NewStream, or describe another
+// library's with CUDA.WrapStream.
+type Stream struct {
+	cu  *CUDA
+	h   uintptr // cudaStream_t
+	dev int
+}
+
+// NewStream creates a stream on device dev. StreamNonBlocking keeps it from
+// synchronising with the legacy default stream. Destroy it when done.
+func (cu *CUDA) NewStream(dev int, flags StreamFlags) (Stream, error) {
+	var h uintptr
+	err := cu.OnDevice(dev, func() error {
+		return cu.callPtr(cuStreamCreateWithFlags, uintptr(unsafe.Pointer(&h)), uintptr(flags))
+	})
+	return Stream{cu: cu, h: h, dev: dev}, err
+}
+
+// WrapStream describes a stream created elsewhere (a PyTorch stream's
+// cuda_stream, say) on device dev; 0 is that device's legacy default stream.
+func (cu *CUDA) WrapStream(dev int, handle uintptr) (Stream, error) {
+	if err := checkDevice("WrapStream", dev); err != nil {
+		return Stream{}, err
+	}
+	return Stream{cu: cu, h: handle, dev: dev}, nil
+}
+
+// DefaultStream is device dev's legacy default stream.
+func (cu *CUDA) DefaultStream(dev int) Stream { return Stream{cu: cu, dev: dev} }
+
+// Handle is the cudaStream_t.
+func (s Stream) Handle() uintptr { return s.h }
+
+// Device is the stream's device.
+func (s Stream) Device() int { return s.dev }
+
+func (s Stream) runtime(op string) (*CUDA, error) {
+	if s.cu == nil {
+		return nil, argError(op, "the zero Stream has no CUDA runtime (make one with CUDA.NewStream or CUDA.DefaultStream)")
+	}
+	return s.cu, nil
+}
+
+// Destroy destroys the stream; work already on it still completes.
+func (s Stream) Destroy() error {
+	cu, err := s.runtime("cudaStreamDestroy")
+	if err != nil {
+		return err
+	}
+	if s.h == 0 {
+		return argError("cudaStreamDestroy", "the legacy default stream cannot be destroyed")
+	}
+	return cu.OnDevice(s.dev, func() error { return cu.call(cuStreamDestroy, s.h) })
+}
+
+// Synchronize waits until all work on the stream is done.
+func (s Stream) Synchronize() error {
+	cu, err := s.runtime("cudaStreamSynchronize")
+	if err != nil {
+		return err
+	}
+	if s.h == 0 { // the legacy stream of the current device: make it s's
+		return cu.OnDevice(s.dev, func() error { return cu.call(cuStreamSynchronize, 0) })
+	}
+	return cu.call(cuStreamSynchronize, s.h)
+}
+
+// Query reports whether all work on the stream is done, without waiting.
+func (s Stream) Query() (bool, error) {
+	cu, err := s.runtime("cudaStreamQuery")
+	if err != nil {
+		return false, err
+	}
+	if s.h == 0 {
+		var done bool
+		err := cu.OnDevice(s.dev, func() (err error) { done, err = cu.ready(cuStreamQuery, 0); return err })
+		return done, err
+	}
+	return cu.ready(cuStreamQuery, s.h)
+}
+
+// Wait makes later work on s wait until e completes, on the GPU.
+func (s Stream) Wait(e Event) error {
+	cu, err := s.runtime("cudaStreamWaitEvent")
+	if err != nil {
+		return err
+	}
+	if s.h == 0 { // the legacy stream of the current device: make it s's
+		return cu.OnDevice(s.dev, func() error { return cu.call(cuStreamWaitEvent, 0, e.h, 0) })
+	}
+	return cu.call(cuStreamWaitEvent, s.h, e.h, 0)
+}
+
+// After makes later work on s wait for everything enqueued on other so far, on
+// the GPU, without blocking the host (an event recorded on other, waited on by
+// s). Use it to order a compute stream after a communication stream and the
+// reverse.
+func (s Stream) After(other Stream) error {
+	cu, err := s.runtime("cudaStreamWaitEvent")
+	if err != nil {
+		return err
+	}
+	e, err := cu.NewEvent(other.dev, EventDisableTiming)
+	if err != nil {
+		return err
+	}
+	// The runtime keeps what the wait needs: the event can go at once.
+	defer e.Destroy()
+	if err := e.Record(other); err != nil {
+		return err
+	}
+	return s.Wait(e)
+}
+
+func (cu *CUDA) ready(sym int, h uintptr) (bool, error) {
+	r := abi.CudaError(int32(ccall.Call(cu.fn[sym], h)))
+	switch r {
+	case abi.CudaSuccess:
+		return true, nil
+	case abi.CudaErrorNotReady:
+		return false, nil
+	}
+	return false, cu.failure(sym, r)
+}
+
+// Event is a CUDA event on one device.
+type Event struct {
+	cu  *CUDA
+	h   uintptr // cudaEvent_t
+	dev int
+}
+
+// NewEvent creates an event on device dev.
+func (cu *CUDA) NewEvent(dev int, flags EventFlags) (Event, error) {
+	var h uintptr
+	err := cu.OnDevice(dev, func() error {
+		return cu.callPtr(cuEventCreateWithFlags, uintptr(unsafe.Pointer(&h)), uintptr(flags))
+	})
+	return Event{cu: cu, h: h, dev: dev}, err
+}
+
+func (e Event) runtime(op string) (*CUDA, error) {
+	if e.cu == nil {
+		return nil, argError(op, "the zero Event (make one with CUDA.NewEvent)")
+	}
+	return e.cu, nil
+}
+
+// Record records the event at the current end of s, on the same device.
+func (e Event) Record(s Stream) error {
+	cu, err := e.runtime("cudaEventRecord")
+	if err != nil {
+		return err
+	}
+	if s.cu != nil && s.dev != e.dev {
+		return argError("cudaEventRecord", "event on device %d, stream on device %d", e.dev, s.dev)
+	}
+	if s.h == 0 { // the legacy stream of the current device: make it the event's
+		return cu.OnDevice(e.dev, func() error { return cu.call(cuEventRecord, e.h, 0) })
+	}
+	// The event and the stream name their device: no current device involved,
+	// and no allocation (nccl-bench records two per iteration).
+	return cu.call(cuEventRecord, e.h, s.h)
+}
+
+// Synchronize waits until the event completes.
+func (e Event) Synchronize() error {
+	cu, err := e.runtime("cudaEventSynchronize")
+	if err != nil {
+		return err
+	}
+	return cu.call(cuEventSynchronize, e.h)
+}
+
+// Query reports whether the event has completed, without waiting.
+func (e Event) Query() (bool, error) {
+	cu, err := e.runtime("cudaEventQuery")
+	if err != nil {
+		return false, err
+	}
+	return cu.ready(cuEventQuery, e.h)
+}
+
+// Elapsed is the time from start to e, both completed timing events.
+func (e Event) Elapsed(start Event) (time.Duration, error) {
+	cu, err := e.runtime("cudaEventElapsedTime")
+	if err != nil {
+		return 0, err
+	}
+	var ms float32
+	if err := cu.callPtr(cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), start.h, e.h); err != nil {
+		return 0, err
+	}
+	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
+}
+
+// Destroy destroys the event.
+func (e Event) Destroy() error {
+	cu, err := e.runtime("cudaEventDestroy")
+	if err != nil {
+		return err
+	}
+	return cu.OnDevice(e.dev, func() error { return cu.call(cuEventDestroy, e.h) })
+}

@@ -1,0 +1,112 @@
+package nccl
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/gonccl/nccl/abi"
+)
+
+// Waiting happens in Go, between short NCCL and CUDA calls, never inside a
+// call that could block on a peer: that is what lets a context end it and
+// Abort run while it goes on.
+
+// Wait blocks until the work enqueued on s so far has finished, the
+// communicator reports an asynchronous error (a peer died, NCCL failed), or ctx
+// ends. On ctx's end it aborts the communicator, the only way to free a hung
+// NCCL operation, and returns an error wrapping ctx.Err().
+func (c *Comm) Wait(ctx context.Context, s Stream) error {
+	const op = "Wait"
+	if s.cu == nil && s.h != 0 {
+		return argError(op, "stream has no CUDA runtime (make it with CUDA.NewStream or CUDA.WrapStream)")
+	}
+	cu := s.cu
+	if cu == nil {
+		if cu = c.lib.cuda; cu == nil {
+			return argError(op, "no CUDA runtime to query the stream (library opened WithoutCUDARuntime)")
+		}
+		s = cu.DefaultStream(c.dev)
+	}
+	err := c.waitFor(ctx, op, func() (bool, error) {
+		if err := c.AsyncError(); err != nil && !isInProgress(err) {
+			return false, err
+		}
+		return s.Query()
+	})
+	if err != nil && ctx.Err() != nil {
+		return c.abortAfter(err)
+	}
+	return err
+}
+
+// waitFor polls cond until it reports done or an error, ctx ends (an error
+// wrapping ctx.Err()), or the communicator is aborted (an error matching
+// ErrClosed). It starts with a few yields, for waits that end within
+// microseconds, then sleeps up to a millisecond between polls.
+func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	delay := time.Duration(0)
+	for i := 0; ; i++ {
+		done, err := cond()
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if s := c.state.Load(); s == stAborting || s == stClosed {
+			return &ClosedError{Op: op, What: "communicator"}
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		if i < 50 {
+			runtime.Gosched()
+			continue
+		}
+		if delay < time.Millisecond {
+			delay += 20 * time.Microsecond
+		}
+		if timer == nil {
+			timer = time.NewTimer(delay)
+		} else {
+			timer.Reset(delay)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", op, ctx.Err())
+		case <-timer.C:
+		}
+	}
+}
+
+// waitReady waits for a non-blocking communicator's state to leave
+// ncclInProgress (init, Split, Finalize, an operation's launch).
+func (c *Comm) waitReady(ctx context.Context, op string, closing bool) error {
+	return c.waitFor(ctx, op, func() (bool, error) {
+		r, err := c.asyncResult(op, closing)
+		switch {
+		case err != nil:
+			return false, err
+		case r == abi.Success:
+			return true, nil
+		case r == abi.InProgress:
+			return false, nil
+		}
+		return false, &Error{Op: op, Code: r, Msg: c.lib.LastError()}
+	})
+}
+
+// settle waits out an operation that a non-blocking communicator launched in
+// the background (it returned ncclInProgress): NCCL takes no further call on the
+// communicator until then. Abort ends the wait.
+func (c *Comm) settle(op string) error {
+	return c.waitReady(context.Background(), op, false)
+}
