@@ -1,7 +1,6 @@
 package nccl
 
 import (
-	"runtime"
 	"unsafe"
 )
 
@@ -34,7 +33,8 @@ type Layout struct {
 func (c *Comm) AlltoAllv(send, recv Buffer, m Layout, s Stream) error {
 	const name = "AlltoAllv"
 	n := c.nranks
-	local := len(m.SendCounts) == n
+	// One rank's row and the whole matrix are the same with one rank.
+	local := len(m.SendCounts) == n && n > 1
 	if err := m.check(n, c.rank, send.n, recv.n, local); err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func (c *Comm) AlltoAllv(send, recv Buffer, m Layout, s Stream) error {
 // NULL here).
 func (c *Comm) alltoallvNative(send, recv Buffer, m Layout, s Stream) error {
 	l := c.lib
-	pin := new(runtime.Pinner)
+	pin := l.pinner()
 	for _, v := range [][]uint64{m.SendCounts, m.SendDispls, m.RecvCounts, m.RecvDispls} {
 		pin.Pin(&v[0])
 	}
@@ -99,7 +99,7 @@ func (c *Comm) alltoallvNative(send, recv Buffer, m Layout, s Stream) error {
 		err = c.stream(fnAlltoAllv, uintptr(send.ptr), sc, sd, uintptr(recv.ptr), rc, rd, 0, 0, uintptr(recv.dt), 0, s.h)
 	}
 	if l.groupsOpen.Load() == 0 {
-		pin.Unpin() // not in a group: NCCL is done with the matrices
+		l.unpin(pin) // not in a group: NCCL is done with the matrices
 		return err
 	}
 	// Perhaps inside a group: kept until no group is open (see Group).

@@ -49,12 +49,13 @@ type Comm struct {
 	cfg      *configBuffer // the ncclConfig_t and its strings, kept for the communicator's life
 	path     atomic.Int32  // Path for AlltoAll, Gather, Scatter, AlltoAllv
 
-	// Lifecycle: calls into NCCL count themselves in inflight while state is
-	// open (or closing, for Close's own calls). Abort moves state to aborting;
-	// whoever sees inflight reach zero in that state frees the communicator, so
-	// it is never freed under a call.
-	state    atomic.Int32
-	inflight atomic.Int32
+	// Lifecycle: the state (high 32 bits) and the number of calls inside NCCL
+	// (low 32 bits) in one word, so that entering and leaving a call is one
+	// atomic add each. Calls count themselves while the state is open (or
+	// closing, for Close's own calls). Abort moves the state to aborting;
+	// whoever sees the count reach zero in that state frees the communicator,
+	// so it is never freed under a call.
+	life     atomic.Int64
 	released atomic.Bool
 	done     chan struct{} // closed once freed
 	freeErr  error         // what freeing returned; read after done
@@ -82,9 +83,9 @@ func (c *Comm) settled(op string, err error) error {
 }
 
 const (
-	stOpen     = iota
-	stClosing  // Close is finalizing: only its own calls enter
-	stAborting // Abort was asked for: nothing enters; the last call out frees
+	stOpen     int32 = iota
+	stClosing        // Close is finalizing: only its own calls enter
+	stAborting       // Abort was asked for: nothing enters; the last call out frees
 	stClosed
 )
 
@@ -95,11 +96,36 @@ func (l *Library) newComm(h uintptr, dev, rank, nranks int, blocking bool, cfg *
 	return c
 }
 
+const callMask = 1<<32 - 1
+
+func stateOf(v int64) int32 { return int32(v >> 32) }
+
+// state is the lifecycle state; calls is the number of calls inside NCCL.
+func (c *Comm) state() int32 { return stateOf(c.life.Load()) }
+func (c *Comm) calls() int64 { return c.life.Load() & callMask }
+
+// moveState changes the state from one of from to to, keeping the count; it
+// reports the word it replaced, or false if the state was none of from.
+func (c *Comm) moveState(to int32, from ...int32) (int64, bool) {
+	for {
+		v := c.life.Load()
+		s, ok := stateOf(v), false
+		for _, f := range from {
+			ok = ok || s == f
+		}
+		if !ok {
+			return v, false
+		}
+		if c.life.CompareAndSwap(v, int64(to)<<32|v&callMask) {
+			return v, true
+		}
+	}
+}
+
 // enter admits a call into NCCL on c's handle. closing admits Close's own
 // calls while it finalizes. Every successful enter is paired with exit.
 func (c *Comm) enter(op string, closing bool) (uintptr, error) {
-	c.inflight.Add(1)
-	if s := c.state.Load(); s != stOpen && (!closing || s != stClosing) {
+	if s := stateOf(c.life.Add(1)); s != stOpen && (!closing || s != stClosing) {
 		c.exit()
 		return 0, &ClosedError{Op: op, What: "communicator"}
 	}
@@ -108,7 +134,7 @@ func (c *Comm) enter(op string, closing bool) (uintptr, error) {
 
 // exit ends a call; the last call out of an aborted communicator frees it.
 func (c *Comm) exit() {
-	if c.inflight.Add(-1) == 0 && c.state.Load() == stAborting {
+	if v := c.life.Add(-1); v&callMask == 0 && stateOf(v) == stAborting {
 		c.free(fnCommAbort)
 	}
 }
@@ -124,7 +150,7 @@ func (c *Comm) free(sym int) error {
 		err = nil
 	}
 	c.freeErr = err
-	c.state.Store(stClosed)
+	c.moveState(stClosed, stOpen, stClosing, stAborting)
 	c.cfg.free()
 	c.lib.untrack(c)
 	close(c.done)
@@ -143,16 +169,11 @@ func (c *Comm) free(sym int) error {
 // way to, and the communicator is freed when that call returns. Non-blocking
 // communicators never block inside NCCL.
 func (c *Comm) Abort() error {
-	for {
-		s := c.state.Load()
-		if s == stAborting || s == stClosed {
-			return &ClosedError{Op: "ncclCommAbort", What: "communicator"}
-		}
-		if c.state.CompareAndSwap(s, stAborting) {
-			break
-		}
+	v, ok := c.moveState(stAborting, stOpen, stClosing)
+	if !ok {
+		return &ClosedError{Op: "ncclCommAbort", What: "communicator"}
 	}
-	if c.inflight.Load() == 0 {
+	if v&callMask == 0 { // nothing inside NCCL: free now
 		return c.free(fnCommAbort)
 	}
 	return nil
@@ -167,12 +188,12 @@ func (c *Comm) Abort() error {
 // Only a non-blocking communicator's Close can be interrupted (see Comm).
 func (c *Comm) Close(ctx context.Context) error {
 	const op = "ncclCommFinalize"
-	if !c.state.CompareAndSwap(stOpen, stClosing) {
+	if _, ok := c.moveState(stClosing, stOpen); !ok {
 		return &ClosedError{Op: op, What: "communicator"}
 	}
 	// Other goroutines' calls in NCCL finish first; they are short on a
 	// non-blocking communicator.
-	if err := c.waitFor(ctx, op, func() (bool, error) { return c.inflight.Load() == 0, nil }); err != nil {
+	if err := c.waitFor(ctx, op, func() (bool, error) { return c.calls() == 0, nil }); err != nil {
 		return c.abortAfter(err)
 	}
 	h, err := c.enter(op, true)
@@ -187,7 +208,7 @@ func (c *Comm) Close(ctx context.Context) error {
 	if err != nil {
 		return c.abortAfter(err)
 	}
-	if c.state.Load() == stAborting {
+	if c.state() == stAborting {
 		// Abort came in meanwhile: it frees the communicator.
 		<-c.done
 		return &ClosedError{Op: "ncclCommDestroy", What: "communicator"}
@@ -225,7 +246,7 @@ func (c *Comm) Library() *Library { return c.lib }
 // Handle is the raw ncclComm_t, for a C function gonccl does not wrap, or 0
 // once closed. The handle is freed by Close or Abort: do not use it after.
 func (c *Comm) Handle() uintptr {
-	if c.state.Load() == stClosed || c.released.Load() {
+	if c.state() == stClosed || c.released.Load() {
 		return 0
 	}
 	return c.h

@@ -114,6 +114,15 @@ func (cu *CUDA) DeviceSynchronize(dev int) error {
 	return cu.OnDevice(dev, func() error { return cu.call(cuDeviceSynchronize) })
 }
 
+// MemGetInfo is device dev's free and total memory in bytes (cudaMemGetInfo).
+func (cu *CUDA) MemGetInfo(dev int) (free, total int, err error) {
+	var f, t uintptr
+	err = cu.OnDevice(dev, func() error {
+		return cu.callPtr(cuMemGetInfo, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t)))
+	})
+	return int(f), int(t), err
+}
+
 // MallocHost allocates size bytes of page-locked host memory, usable by
 // asynchronous copies. Free it with FreeHost; Go does not.
 func (cu *CUDA) MallocHost(size int) ([]byte, error) {

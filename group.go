@@ -113,7 +113,29 @@ func (l *Library) releasePins() {
 	}
 	for _, p := range l.pins {
 		p.Unpin()
+		l.spare = append(l.spare, p)
 	}
 	clear(l.pins)
 	l.pins = l.pins[:0]
+}
+
+// pinner is a runtime.Pinner for one AlltoAllv call, reused so that the call
+// allocates nothing once warm.
+func (l *Library) pinner() *runtime.Pinner {
+	l.pinsMu.Lock()
+	defer l.pinsMu.Unlock()
+	if n := len(l.spare); n > 0 {
+		p := l.spare[n-1]
+		l.spare = l.spare[:n-1]
+		return p
+	}
+	return new(runtime.Pinner)
+}
+
+// unpin releases p's pins and keeps it for the next call.
+func (l *Library) unpin(p *runtime.Pinner) {
+	p.Unpin()
+	l.pinsMu.Lock()
+	l.spare = append(l.spare, p)
+	l.pinsMu.Unlock()
 }

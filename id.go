@@ -8,6 +8,9 @@ import (
 	"github.com/gonccl/nccl/abi"
 )
 
+// UniqueIDBytes is the size of a UniqueID (NCCL_UNIQUE_ID_BYTES).
+const UniqueIDBytes = abi.UniqueIDBytes
+
 // UniqueID is the 128-byte ncclUniqueId that ranks share to form a communicator.
 // Its text form is 256 hex digits.
 type UniqueID abi.UniqueID

@@ -625,6 +625,9 @@ func TestLifecycleCopiesRunOnTheBuffersDevice(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
+		for _, c := range comms { // unblock the stuck copy before giving up
+			c.Abort()
+		}
 		t.Fatal("deadlock: a copy to device 1 waited for device 0's collective")
 	}
 }

@@ -35,6 +35,7 @@ type Library struct {
 	groupsOpen atomic.Int32 // goroutines inside Group
 	pinsMu     sync.Mutex
 	pins       []*runtime.Pinner
+	spare      []*runtime.Pinner // unpinned, for reuse
 }
 
 // Option configures Open.

@@ -40,6 +40,9 @@ func (c *Comm) Register(b Buffer) (Registration, error) {
 	return Registration{h: atomic.LoadUintptr(r), comm: c}, nil
 }
 
+// Handle is NCCL's registration handle.
+func (r Registration) Handle() uintptr { return r.h }
+
 // Deregister undoes Register.
 func (c *Comm) Deregister(r Registration) error {
 	const op = "ncclCommDeregister"
@@ -98,6 +101,9 @@ func (c *Comm) registerWindow(p DevicePtr, size, flags int) (Window, error) {
 	}
 	return Window{h: wh, comm: c}, nil
 }
+
+// Handle is the ncclWindow_t.
+func (w Window) Handle() uintptr { return w.h }
 
 // DeregisterWindow undoes RegisterWindow (collective for a symmetric window).
 func (c *Comm) DeregisterWindow(w Window) error {

@@ -134,6 +134,7 @@ const (
 	cuDeviceSynchronize
 	cuMalloc
 	cuFree
+	cuMemGetInfo
 	cuMallocHost
 	cuFreeHost
 	cuMemcpy
@@ -167,6 +168,7 @@ var cudaSymbols = [numCUDASymbols]symbol{
 	cuDeviceSynchronize:     {name: "cudaDeviceSynchronize"},
 	cuMalloc:                {name: "cudaMalloc"},
 	cuFree:                  {name: "cudaFree"},
+	cuMemGetInfo:            {name: "cudaMemGetInfo"},
 	cuMallocHost:            {name: "cudaMallocHost"},
 	cuFreeHost:              {name: "cudaFreeHost"},
 	cuMemcpy:                {name: "cudaMemcpy"},

@@ -61,7 +61,7 @@ func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)
 		if done {
 			return nil
 		}
-		if s := c.state.Load(); s == stAborting || s == stClosed {
+		if s := c.state(); s == stAborting || s == stClosed {
 			return &ClosedError{Op: op, What: "communicator"}
 		}
 		if err := ctx.Err(); err != nil {

@@ -17,7 +17,6 @@ build)
   set -e
   mkdir -p .gpu/bin
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -tags gpu -c -o .gpu/bin/nccl-gpu.test .
-  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -tags gpu -c -o .gpu/bin/collectives-gpu.test ./collectives
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o .gpu/bin/nccl-info ./cmd/nccl-info
   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o .gpu/bin/nccl-bench ./cmd/nccl-bench
   mkdir -p .gpu/bin/examples
@@ -42,13 +41,13 @@ run)
     grep -E "file|found by|version" "$LOGS/nccl-info-$label.txt" | head -4 | sed 's/^/   /' | tee -a "$summary"
     env "$@" .gpu/bin/nccl-info -json >"$LOGS/nccl-info-$label.json" 2>&1
     local t
-    for t in nccl collectives; do
+    for t in nccl; do
       env "$@" .gpu/bin/$t-gpu.test -test.v -test.run 'TestGPU' -test.count=1 -test.timeout=300s >"$LOGS/test-$t-$label.log" 2>&1
       local rc=$? pass fail
       pass=$(grep -c -- '^--- PASS' "$LOGS/test-$t-$label.log")
       fail=$(grep -c -- '--- FAIL' "$LOGS/test-$t-$label.log")
       echo "   $t tests: exit $rc, $pass passed, $fail failed" | tee -a "$summary"
-      grep -E "^--- (PASS|FAIL|SKIP)|checked|ncclAlltoAllv" "$LOGS/test-$t-$label.log" | sed 's/^/      /' >>"$summary"
+      grep -E "^--- (PASS|FAIL|SKIP)|checked|ncclAlltoAllv|watchdog:|peer dies|fault rounds|free memory" "$LOGS/test-$t-$label.log" | sed 's/^/      /' >>"$summary"
     done
     examples "$label" "$@"
   }
@@ -87,14 +86,16 @@ run)
   if [ -n "${BUILD_VCCL:-}" ] && [ -d .gpu/vccl ]; then
     VCCL_LIB=$(bash .gpu/build-vccl.sh) && echo "VCCL built: $VCCL_LIB" | tee -a "$summary"
   fi
-  check system
-  [ -n "$WHEEL" ] && check wheel GONCCL_NCCL_LIB="$WHEEL"
-  if [ -n "$WHEEL" ]; then # the same wheel found through VIRTUAL_ENV: the search only
+  # ONLY=vccl (or system, wheel) runs one library's checks.
+  want() { [ -z "${ONLY:-}" ] || [ "$ONLY" = "$1" ]; }
+  want system && check system
+  [ -n "$WHEEL" ] && want wheel && check wheel GONCCL_NCCL_LIB="$WHEEL"
+  if [ -n "$WHEEL" ] && want wheel; then # the same wheel found through VIRTUAL_ENV: the search only
     echo "== venv" | tee -a "$summary"
     VIRTUAL_ENV="$VENV" .gpu/bin/nccl-info >"$LOGS/nccl-info-venv.txt" 2>&1
     grep -E "file|found by|version" "$LOGS/nccl-info-venv.txt" | head -5 | sed 's/^/   /' | tee -a "$summary"
   fi
-  [ -n "${VCCL_LIB:-}" ] && check vccl GONCCL_NCCL_LIB="$VCCL_LIB"
+  [ -n "${VCCL_LIB:-}" ] && want vccl && check vccl GONCCL_NCCL_LIB="$VCCL_LIB"
   tar czf "$OUT/logs.tar.gz" -C "$LOGS" .
   cat "$summary"
   ;;

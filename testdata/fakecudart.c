@@ -175,11 +175,10 @@ static stream* new_stream(int dev, int nonblocking) {
     return s;
 }
 
-/* resolve maps a handle to a live stream (NULL: the legacy stream of the
- * current device), with g held. */
-static stream* resolve(void* h) {
+/* resolve_on maps a handle to a live stream (NULL: the legacy stream of
+ * device d), with g held. */
+static stream* resolve_on(void* h, int d) {
     if (!h) {
-        int d = current_device;
         if (!legacy[d]) legacy[d] = new_stream(d, 0);
         return legacy[d];
     }
@@ -188,9 +187,12 @@ static stream* resolve(void* h) {
     return NULL;
 }
 
-static int enqueue(void* h, void (*fn)(void*), void (*retire)(void*), void* arg) {
+/* resolve is resolve_on the calling thread's current device. */
+static stream* resolve(void* h) { return resolve_on(h, current_device); }
+
+static int enqueue_on(void* h, int dev, void (*fn)(void*), void (*retire)(void*), void* arg) {
     pthread_mutex_lock(&g);
-    stream* s = resolve(h);
+    stream* s = resolve_on(h, dev);
     if (!s) {
         pthread_mutex_unlock(&g);
         return cudaErrorInvalidResourceHandle;
@@ -207,7 +209,13 @@ static int enqueue(void* h, void (*fn)(void*), void (*retire)(void*), void* arg)
     return cudaSuccess;
 }
 
-API int fakecuda_stream_enqueue(void* h, void (*fn)(void*), void* arg) { return enqueue(h, fn, NULL, arg); }
+static int enqueue(void* h, void (*fn)(void*), void (*retire)(void*), void* arg) {
+    return enqueue_on(h, current_device, fn, retire, arg);
+}
+
+/* fakecuda_stream_enqueue is the fake NCCL's kernel launch: the NULL stream is
+ * the legacy stream of the communicator's device, whatever thread launches. */
+API int fakecuda_stream_enqueue(void* h, int dev, void (*fn)(void*), void* arg) { return enqueue_on(h, dev, fn, NULL, arg); }
 
 API int fakecuda_stream_device(void* h) {
     pthread_mutex_lock(&g);
@@ -412,7 +420,7 @@ API int cudaStreamWaitEvent(void* st, void* h, unsigned flags) {
     m->e = e;
     m->gen = e->recorded; /* the record as of this call */
     pthread_mutex_unlock(&g);
-    return fakecuda_stream_enqueue(st, run_wait, m);
+    return enqueue(st, run_wait, NULL, m);
 }
 
 /* ---- devices ---- */
@@ -456,6 +464,21 @@ API int cudaMalloc(void** p, size_t n) {
     return add_alloc(p, n, current_device);
 }
 API int cudaFree(void* p) { return remove_alloc(p, 0); }
+
+/* Each fake device has 80 GiB; what its allocations hold is used. */
+#define FAKE_DEVICE_BYTES (80ull << 30)
+API int cudaMemGetInfo(size_t* freeb, size_t* total) {
+    if (!freeb || !total) return fail(cudaErrorInvalidValue);
+    if (current_device >= ndevices()) return fail(cudaErrorNoDevice);
+    size_t used = 0;
+    pthread_mutex_lock(&g);
+    for (alloc* a = allocs; a; a = a->next)
+        if (a->dev == current_device) used += a->size;
+    pthread_mutex_unlock(&g);
+    *total = FAKE_DEVICE_BYTES;
+    *freeb = used < FAKE_DEVICE_BYTES ? FAKE_DEVICE_BYTES - used : 0;
+    return cudaSuccess;
+}
 API int cudaMallocHost(void** p, size_t n) { return add_alloc(p, n, -1); }
 API int cudaFreeHost(void* p) { return remove_alloc(p, 1); }
 
@@ -535,7 +558,7 @@ API int cudaMemcpyAsync(void* dst, const void* src, size_t n, int kind, void* st
     if (r) return fail(r);
     copy* c = malloc(sizeof *c);
     *c = (copy){dst, src, n, 0};
-    if ((r = fakecuda_stream_enqueue(st, run_copy, c))) {
+    if ((r = enqueue(st, run_copy, NULL, c))) {
         free(c);
         return fail(r);
     }
@@ -555,7 +578,7 @@ API int cudaMemsetAsync(void* p, int value, size_t n, void* st) {
     if (n && fakecuda_ptr_device(p, n) < 0) return fail(cudaErrorInvalidValue);
     copy* c = malloc(sizeof *c);
     *c = (copy){p, NULL, n, value};
-    int r = fakecuda_stream_enqueue(st, run_copy, c);
+    int r = enqueue(st, run_copy, NULL, c);
     if (r) {
         free(c);
         return fail(r);

@@ -53,7 +53,7 @@ typedef struct { char internal[128]; } ncclUniqueId;
 
 /* From the fake CUDA runtime. */
 int fakecuda_ptr_device(const void* p, size_t len);
-int fakecuda_stream_enqueue(void* stream, void (*fn)(void*), void* arg);
+int fakecuda_stream_enqueue(void* stream, int dev, void (*fn)(void*), void* arg);
 int fakecuda_current_device(void);
 int cudaMalloc(void** p, size_t n);
 int cudaFree(void* p);
@@ -1061,7 +1061,7 @@ static ncclResult_t launch(task* list) {
         pthread_mutex_lock(&g);
         c->pending++;
         pthread_mutex_unlock(&g);
-        if (fakecuda_stream_enqueue(st, run_item, item)) {
+        if (fakecuda_stream_enqueue(st, c->dev, run_item, item)) {
             pthread_mutex_lock(&g);
             c->pending--;
             pthread_mutex_unlock(&g);
