@@ -16,28 +16,42 @@
 //
 //	GONCCL_NCCL_LIB=/opt/vccl/lib ./trainer
 //
+// # Communicators and operations
+//
+// Library.InitRank (and InitRankScalable, InitAll, Comm.Split) makes a Comm;
+// each takes a context, which ends a wait for ranks that never arrive. Every
+// operation is one method of Comm taking Buffers, which carry their element
+// type, length and device (CUDA.Alloc, CUDA.Wrap, Comm.AllocSymmetric), and a
+// Stream: AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AlltoAll,
+// Gather, Scatter, Send, Recv, AlltoAllv. Operations check their arguments before
+// any C call, enqueue work on the stream and return; Comm.Wait waits for it
+// under a context. Comm.Close finalizes and frees a communicator; Comm.Abort
+// ends it at once from any goroutine.
+//
 // # Threads
 //
 // Two pieces of CUDA and NCCL state belong to the OS thread: the current device
-// and NCCL's group depth. Goroutines move between threads, so gonccl pins them
-// for the user: communicator creation runs on a locked thread with the
-// communicator's device current (the previous device is restored), and Group runs
-// ncclGroupStart, the operations and ncclGroupEnd on one locked thread.
+// and NCCL's group. Goroutines move between threads, so gonccl pins them for the
+// user: calls that need a device run on a locked thread with the device of the
+// memory, stream or communicator they act on current (the previous device is
+// restored), and Group runs ncclGroupStart, the operations and ncclGroupEnd on
+// one locked thread. No method depends on the calling thread's current device.
 //
-// Safe from any goroutine: every method of Library, CUDA and Comm. Stream
-// operations (AllReduce, Send, ...) only enqueue work on a CUDA stream; they never
-// synchronise. CUDA.SetDevice and CUDA.Device act on the calling thread and mean
-// something only on a thread the caller has locked; CUDA.OnDevice is the safe form.
+// Every method is safe from any goroutine, but operations on one communicator
+// must reach NCCL in the same order on every rank (see Comm).
 //
 // # Errors
 //
 // NCCL failures are *Error values carrying the C function, the ncclResult_t and
 // NCCL's last-error text; errors.Is matches them against ErrInvalidArgument,
-// ErrInvalidUsage and the other sentinels. A destroyed or aborted communicator
-// returns an error matching ErrClosed instead of reaching NCCL. A function the
-// loaded library lacks returns an error matching ErrNotSupported that names the
-// file, its version and the version required.
+// ErrInvalidUsage and the other sentinels. Arguments gonccl refuses before any C
+// call are *Error values matching ErrInvalidArgument. A closed or aborted
+// communicator returns an error matching ErrClosed instead of reaching NCCL. A
+// function the loaded library lacks returns an error matching ErrNotSupported
+// that names the file, its version and the version required. A wait a context
+// ended returns an error wrapping ctx.Err().
 //
-// The typed layer (element types, validated buffers, all-to-all-v on any NCCL)
-// lives in package collectives; package abi mirrors the C types.
+// Package collectives computes on the host what each collective produces, the
+// reference tests check results against; package launch reads a process's place
+// in a job from mpirun, srun or torchrun; package abi mirrors the C types.
 package nccl

@@ -811,3 +811,23 @@ func BenchmarkAllReduceCall(b *testing.B) {
 	}
 	rk.s.Synchronize()
 }
+
+// BenchmarkAlltoAllCall is AllReduce's benchmark for an operation routed
+// between the native and the grouped form: the routing is an index into the
+// symbol table, so the two cost the same.
+func BenchmarkAlltoAllCall(b *testing.B) {
+	l := open(b, "default")
+	cu := l.CUDA()
+	ranks := initRanks(b, l, 1)
+	rk := ranks[0]
+	send, _ := cu.Alloc(rk.dev, nccl.Float32, 256)
+	recv, _ := cu.Alloc(rk.dev, nccl.Float32, 256)
+	defer send.Free()
+	defer recv.Free()
+	s0, r0 := send.Slice(0, 0), recv.Slice(0, 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		rk.comm.AlltoAll(s0, r0, rk.s)
+	}
+	rk.s.Synchronize()
+}
