@@ -283,7 +283,11 @@ func TestGPUFaultPeerDies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer b.Free()
+		defer func() {
+			if err := b.Free(); err != nil {
+				t.Errorf("%s: Free: %v", when, err)
+			}
+		}()
 		if err := c.AllReduce(b, b, nccl.Sum, s); err != nil {
 			t.Fatal(err)
 		}
@@ -361,7 +365,7 @@ func TestGPUFaultPeerDies(t *testing.T) {
 			round(when)
 			// The device frees what an abort released on its own time.
 			got := free()
-			for i := 0; i < 20 && got < base; i++ {
+			for i := 0; i < 50 && got < base; i++ {
 				time.Sleep(100 * time.Millisecond)
 				got = free()
 			}
