@@ -97,60 +97,13 @@ func (m commMode) check(t testing.TB, l *nccl.Library, c *nccl.Comm) {
 	}
 }
 
-// member is one rank made by startRanks.
-type member struct {
-	comm *nccl.Comm
-	s    nccl.Stream
-	dev  int
-}
-
-// startRanks makes an n-rank communicator of mode m, one goroutine per rank on
-// device r%8, each with a non-blocking stream; cleanup closes them.
-func startRanks(t testing.TB, l *nccl.Library, n int, m commMode) []member {
+// startRanks makes an n-rank communicator of mode m with initRanksCtx and
+// checks that NCCL got the mode.
+func startRanks(t testing.TB, l *nccl.Library, n int, m commMode) []rank {
 	t.Helper()
-	id, err := l.GetUniqueID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := m.ctx(t)
-	ranks := make([]member, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			dev := r % 8
-			c, err := l.InitRank(ctx, dev, id, n, r, nil)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			s, err := l.CUDA().NewStream(dev, nccl.StreamNonBlocking)
-			ranks[r] = member{comm: c, s: s, dev: dev}
-			errs[r] = err
-		}()
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, rk := range ranks {
-			if rk.comm != nil {
-				rk.comm.Close(context.Background())
-			}
-			if rk.s != (nccl.Stream{}) {
-				rk.s.Destroy()
-			}
-		}
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-		c := ranks[r].comm
-		if c.Rank() != r || c.Size() != n || c.Device() != r%8 {
-			t.Fatalf("rank %d: comm says rank %d of %d on device %d", r, c.Rank(), c.Size(), c.Device())
-		}
-		m.check(t, l, c)
+	ranks := initRanksCtx(t, l, n, m.ctx(t))
+	for _, rk := range ranks {
+		m.check(t, l, rk.comm)
 	}
 	return ranks
 }
@@ -1190,7 +1143,7 @@ func testAlltoAllvMatricesKept(t *testing.T, m commMode) {
 	l := open(t, "vccl11")
 	ranks := startRanks(t, l, 2, m)
 	bufs := make([][2]nccl.Buffer, 2)
-	collective := func(fn func(r int, rk member) error) error {
+	collective := func(fn func(r int, rk rank) error) error {
 		errs := make([]error, len(ranks))
 		var wg sync.WaitGroup
 		for r, rk := range ranks { // symmetric allocation is collective: one goroutine per rank
@@ -1203,7 +1156,7 @@ func testAlltoAllvMatricesKept(t *testing.T, m commMode) {
 		wg.Wait()
 		return errors.Join(errs...)
 	}
-	err := collective(func(r int, rk member) error {
+	err := collective(func(r int, rk rank) error {
 		if err := rk.comm.SetPath(nccl.Native); err != nil { // the path that reads the matrices late
 			return err
 		}
@@ -1216,7 +1169,7 @@ func testAlltoAllvMatricesKept(t *testing.T, m commMode) {
 		}
 		return nil
 	})
-	defer collective(func(r int, rk member) error {
+	defer collective(func(r int, rk rank) error {
 		var err error
 		for _, b := range bufs[r] {
 			if b != (nccl.Buffer{}) {

@@ -59,7 +59,8 @@ func TestGPUFaultAbortWatchdog(t *testing.T) {
 		if rounds%2 == 1 {
 			ctx, cancel = context.WithTimeout(context.Background(), time.Minute) // non-blocking
 		}
-		comms := initPair(t, l, ctx)
+		ranks := initRanksCtx(t, l, 2, ctx)
+		comms := [2]*nccl.Comm{ranks[0].comm, ranks[1].comm}
 		cancel()
 		// One all-reduce together first: NCCL connects the peers on the first
 		// operation, inside the call; the race is meant for plain enqueues.
@@ -117,32 +118,6 @@ func TestGPUFaultAbortWatchdog(t *testing.T) {
 		rounds++
 	}
 	t.Logf("watchdog: %d rounds in %ds, %d all-reduces enqueued, every one aborted cleanly", rounds, secs, ops)
-}
-
-// initPair makes a two-rank communicator on GPUs 0 and 1 of this process.
-func initPair(t *testing.T, l *nccl.Library, ctx context.Context) [2]*nccl.Comm {
-	t.Helper()
-	id, err := l.GetUniqueID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var comms [2]*nccl.Comm
-	var errs [2]error
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			comms[r], errs[r] = l.InitRank(ctx, r, id, 2, r, nil)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	return comms
 }
 
 // faultChild starts this test binary as rank 1 on GPU 1, told to die at the

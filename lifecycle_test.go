@@ -182,32 +182,8 @@ func TestLifecycleAbortRacesCalls(t *testing.T) {
 // rank, non-blocking (the init context has a deadline).
 func twoRanks(t *testing.T, l *nccl.Library) [2]*nccl.Comm {
 	t.Helper()
-	id, err := l.GetUniqueID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var comms [2]*nccl.Comm
-	var errs [2]error
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			comms[r], errs[r] = l.InitRank(ctx, r, id, 2, r, nil)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-		if comms[r].Blocking() {
-			t.Fatalf("rank %d: a communicator made under a deadline is blocking", r)
-		}
-	}
-	return comms
+	ranks := initRanksCtx(t, l, 2, nonBlockingCtx(t))
+	return [2]*nccl.Comm{ranks[0].comm, ranks[1].comm}
 }
 
 // allReduceWorks checks a fresh two-rank all-reduce end to end, every element.
