@@ -64,8 +64,9 @@ type Comm struct {
 	kept   []*uintptr // where NCCL writes after a call returned (non-blocking Split, windows)
 }
 
-// keep holds p, a place NCCL may write to after the call that was given it
-// returned, until the communicator is freed.
+// keep holds p, a place NCCL may still write to because the wait for the
+// call that was given it ended early (an abort, a context), until the
+// communicator is freed. A wait that completes reads p and needs no keeping.
 func (c *Comm) keep(p *uintptr) {
 	c.keptMu.Lock()
 	c.kept = append(c.kept, p)

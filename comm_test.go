@@ -290,21 +290,7 @@ func TestNonBlockingInit(t *testing.T) {
 		{"a deadline", deadline(), nil, false},
 		{"a deadline, Blocking=true", deadline(), &nccl.Config{Blocking: &yes}, true},
 	} {
-		id, _ := l.GetUniqueID()
-		comms := make([]*nccl.Comm, 2)
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for r := range comms {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				comms[r], errs[r] = l.InitRank(tc.ctx, r, id, 2, r, tc.cfg)
-			}()
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
+		comms := initComms(t, l, 2, tc.ctx, tc.cfg)
 		for r, c := range comms {
 			want := int32(0)
 			if tc.blocking {

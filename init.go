@@ -243,10 +243,9 @@ func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (*Comm, e
 		return nil, argError(op, "Config.Blocking %v differs from the parent's: a split communicator keeps its parent's mode", *cfg.Blocking)
 	}
 	// A non-blocking split writes the new handle when it finishes, after the
-	// call returned: the place it writes to lives on the heap, referenced by
-	// the parent until the parent is freed.
+	// call returned: the place it writes to lives on the heap, and if the wait
+	// for it ends early the parent keeps it until the parent is freed.
 	out := new(uintptr)
-	c.keep(out)
 	var buf *configBuffer
 	err := l.onDevice(op, c.dev, func() error {
 		var ptr uintptr
@@ -270,6 +269,9 @@ func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (*Comm, e
 		if err != nil {
 			err = c.abortAfter(err)
 		}
+	}
+	if err != nil {
+		c.keep(out)
 	}
 	nh := atomic.LoadUintptr(out)
 	if err != nil || nh == 0 {

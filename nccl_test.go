@@ -50,33 +50,51 @@ func nonBlockingCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// initRanksCtx is initRanks from ctx: a context that can end makes the
-// communicators non-blocking. Cleanup closes them and their streams.
-func initRanksCtx(t testing.TB, l *nccl.Library, n int, ctx context.Context) []rank {
+// initComms makes an n-rank communicator from ctx and cfg, one goroutine per
+// rank on device r%8, the id passed by value to each; it fails the test if a
+// rank fails.
+func initComms(t testing.TB, l *nccl.Library, n int, ctx context.Context, cfg *nccl.Config) []*nccl.Comm {
 	t.Helper()
 	id, err := l.GetUniqueID()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ranks := make([]rank, n)
+	comms := make([]*nccl.Comm, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			dev := r % 8
-			c, err := l.InitRank(ctx, dev, id, n, r, nil)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			s, err := l.CUDA().NewStream(dev, nccl.StreamNonBlocking)
-			ranks[r] = rank{comm: c, s: s, dev: dev}
-			errs[r] = err
+			comms[r], errs[r] = l.InitRank(ctx, r%8, id, n, r, cfg)
 		}()
 	}
 	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			for _, c := range comms {
+				if c != nil {
+					c.Abort()
+				}
+			}
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return comms
+}
+
+// initRanksCtx is initRanks from ctx: a context that can end makes the
+// communicators non-blocking. Cleanup closes them and their streams.
+func initRanksCtx(t testing.TB, l *nccl.Library, n int, ctx context.Context) []rank {
+	t.Helper()
+	comms := initComms(t, l, n, ctx, nil)
+	ranks := make([]rank, n)
+	errs := make([]error, n)
+	for r, c := range comms {
+		s, err := l.CUDA().NewStream(r%8, nccl.StreamNonBlocking)
+		ranks[r] = rank{comm: c, s: s, dev: r % 8}
+		errs[r] = err
+	}
 	t.Cleanup(func() {
 		for _, rk := range ranks {
 			if rk.comm != nil {

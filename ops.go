@@ -285,8 +285,17 @@ func (c *Comm) SetPath(p Path) error {
 // "Scatter", "AlltoAllv") would run: Native or Grouped. AlltoAllv runs
 // natively only on buffers in symmetric windows too.
 func (c *Comm) PathOf(op string) Path {
-	sym := map[string]int{"AlltoAll": fnAlltoAll, "Gather": fnGather, "Scatter": fnScatter, "AlltoAllv": fnAlltoAllv}[op]
-	if sym == 0 {
+	var sym int
+	switch op {
+	case "AlltoAll":
+		sym = fnAlltoAll
+	case "Gather":
+		sym = fnGather
+	case "Scatter":
+		sym = fnScatter
+	case "AlltoAllv":
+		sym = fnAlltoAllv
+	default:
 		return Grouped
 	}
 	if native, _ := c.route(sym); native {

@@ -611,21 +611,7 @@ func TestWaitNonBlocking(t *testing.T) {
 		{"background", context.Background(), nil, true},
 		{"deadline, Config.Blocking=true", nonBlockingCtx(t), &nccl.Config{Blocking: &yes}, true},
 	} {
-		id, _ := l.GetUniqueID()
-		comms := make([]*nccl.Comm, 2)
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for r := range comms {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				comms[r], errs[r] = l.InitRank(tc.ctx, r, id, 2, r, tc.cfg)
-			}()
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
+		comms := initComms(t, l, 2, tc.ctx, tc.cfg)
 		bufs := make([]nccl.Buffer, 2)
 		streams := make([]nccl.Stream, 2)
 		for r, c := range comms {
@@ -643,6 +629,8 @@ func TestWaitNonBlocking(t *testing.T) {
 			defer streams[r].Destroy()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
 		for r, c := range comms {
 			wg.Add(1)
 			go func() {

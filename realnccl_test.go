@@ -373,4 +373,22 @@ func TestRealNCCLGroup(t *testing.T) {
 	if err := l.Group(func() error { return sentinel }); !errors.Is(err, sentinel) {
 		t.Errorf("Group returned %v, want the function's error", err)
 	}
+	// The failed group was discarded by NCCL's own check: the operation on a
+	// NULL communicator gonccl makes inside it is what NCCL refused last.
+	if msg := l.LastError(); !strings.Contains(msg, "NULL") {
+		t.Errorf("after a failed group NCCL's last error is %q, want its refusal of a NULL communicator", msg)
+	}
+	// A panicking group leaves the thread out of any group: the next groups
+	// start and end cleanly on the same thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	func() {
+		defer func() { recover() }()
+		l.Group(func() error { panic("boom") })
+	}()
+	for i := range 3 {
+		if err := l.Group(func() error { return nil }); err != nil {
+			t.Errorf("group %d after the panic: %v", i, err)
+		}
+	}
 }

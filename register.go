@@ -31,10 +31,10 @@ func (c *Comm) Register(b Buffer) (Registration, error) {
 		return Registration{}, err
 	}
 	r := new(uintptr) // a non-blocking communicator may fill it in later
-	c.keep(r)
 	err = c.lib.callPtr(fnCommRegister, h, uintptr(b.ptr), uintptr(b.Size()), uintptr(unsafe.Pointer(r)))
 	c.exit()
 	if err = c.settled(op, err); err != nil {
+		c.keep(r)
 		return Registration{}, err
 	}
 	return Registration{h: atomic.LoadUintptr(r), comm: c}, nil
@@ -89,10 +89,10 @@ func (c *Comm) registerWindow(p DevicePtr, size, flags int) (Window, error) {
 		return Window{}, err
 	}
 	w := new(uintptr) // a non-blocking communicator fills it in when the registration is done
-	c.keep(w)
 	err = c.lib.callPtr(fnCommWindowRegister, h, uintptr(p), uintptr(size), uintptr(unsafe.Pointer(w)), uintptr(int32(flags)))
 	c.exit()
 	if err = c.settled(op, err); err != nil {
+		c.keep(w)
 		return Window{}, err
 	}
 	wh := atomic.LoadUintptr(w)
