@@ -214,6 +214,7 @@ func TestGPUFaultChild(t *testing.T) {
 
 // TestGPUFaultPeerDies: this process is rank 0 on GPU 0; rank 1 is a child
 // process on GPU 1 that dies before init, during a collective, or during close.
+// GONCCL_GPU_FAULT_PASSES (default 3) sets how many passes of the three faults run.
 func TestGPUFaultPeerDies(t *testing.T) {
 	l, n := openReal(t)
 	if n < 2 {
@@ -328,13 +329,21 @@ func TestGPUFaultPeerDies(t *testing.T) {
 		return f
 	}
 	round("ok") // NCCL's first communicator makes what it keeps for the process
-	// Three passes of the three faults. NCCL keeps one 2 MiB granule of GPU
-	// memory for the process after an aborted collective (seen once per
-	// process, in the first or the second pass); anything lost per fault
-	// would show three times over.
+	// Passes of the three faults. NCCL itself keeps about 1 MiB of GPU memory
+	// for each init aborted without its peer that is followed by an abort with
+	// a kernel in flight: one 2 MiB granule every other pass, on 2.28.3,
+	// 2.28.9 and 2.29.2. scripts/repro/nccl-abort-memory.c (BEFORE=1) shows
+	// the same in C with no gonccl, and nothing kept without the aborted init.
+	// That much is allowed; anything gonccl lost per fault (its 4 MiB buffer,
+	// say) would show on every pass.
 	const granule = 2 << 20
+	passes := 3
+	if v, err := strconv.Atoi(os.Getenv("GONCCL_GPU_FAULT_PASSES")); err == nil && v > 0 {
+		passes = v
+	}
+	allowed := granule * ((passes + 1) / 2)
 	start := free()
-	for pass := 1; pass <= 3; pass++ {
+	for pass := 1; pass <= passes; pass++ {
 		for _, when := range []string{"before", "during", "close"} {
 			base := free()
 			round(when)
@@ -347,10 +356,10 @@ func TestGPUFaultPeerDies(t *testing.T) {
 			t.Logf("pass %d, %s: GPU 0 free memory %d MiB, %+d bytes", pass, when, got>>20, got-base)
 		}
 	}
-	if lost := start - free(); lost > granule {
-		t.Errorf("%d bytes of GPU 0 not returned after 9 faults", lost)
+	if lost := start - free(); lost > allowed {
+		t.Errorf("%d bytes of GPU 0 not returned after %d faults (NCCL's own share is at most %d)", lost, 3*passes, allowed)
 	} else {
-		t.Logf("after 9 faults: %d bytes of GPU 0 kept", lost)
+		t.Logf("after %d faults: %d bytes of GPU 0 kept", 3*passes, lost)
 	}
 	round("ok") // and a fresh communicator works in the same process
 	fmt.Println("fault rounds: before, during, close, then a fresh communicator: ok")

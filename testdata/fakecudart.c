@@ -137,6 +137,7 @@ typedef struct stream {
     struct stream* next;
 } stream;
 static stream* streams;              /* live streams */
+static stream* dying;                /* destroyed streams still running their queue */
 static stream* legacy[64];           /* the per-device NULL stream */
 
 static void* worker(void* p) {
@@ -156,6 +157,12 @@ static void* worker(void* p) {
         free(it);
         pthread_cond_broadcast(&done_cond);
     }
+    for (stream** ps = &dying; *ps; ps = &(*ps)->next)
+        if (*ps == s) {
+            *ps = s->next;
+            break;
+        }
+    pthread_cond_broadcast(&done_cond);
     pthread_mutex_unlock(&g);
     pthread_cond_destroy(&s->work);
     free(s);
@@ -234,6 +241,7 @@ static void drain(int dev, int all) {
         int busy = legacy[dev] && legacy[dev]->head;
         for (stream* s = streams; s && !busy; s = s->next)
             if (s->dev == dev && s->head && (all || !s->nonblocking)) busy = 1;
+        for (stream* s = dying; s && !busy && all; s = s->next) busy = s->dev == dev && s->head;
         if (!busy) return;
         pthread_cond_wait(&done_cond, &g);
     }
@@ -260,6 +268,8 @@ API int cudaStreamDestroy(void* h) {
             stream* s = *ps;
             *ps = s->next;
             s->stop = 1; /* the worker finishes the queue, then frees it */
+            s->next = dying;
+            dying = s;
             pthread_cond_signal(&s->work);
             pthread_mutex_unlock(&g);
             return cudaSuccess;
@@ -463,7 +473,24 @@ API int cudaMalloc(void** p, size_t n) {
     if (!ndevices()) return fail(cudaErrorNoDevice);
     return add_alloc(p, n, current_device);
 }
-API int cudaFree(void* p) { return remove_alloc(p, 0); }
+/* cudaFree and cudaFreeHost synchronize as CUDA's do: the memory is given back
+ * only once the work queued on its device (every device, for page-locked host
+ * memory) has finished, so work in flight never writes into freed memory. */
+static void drain_for(void* p) {
+    pthread_mutex_lock(&g);
+    alloc* a = find_alloc(p);
+    if (a && a->base == p) {
+        if (a->dev >= 0) drain(a->dev, 1);
+        else
+            for (int d = 0; d < ndevices() && d < 64; d++) drain(d, 1);
+    }
+    pthread_mutex_unlock(&g);
+}
+
+API int cudaFree(void* p) {
+    drain_for(p);
+    return remove_alloc(p, 0);
+}
 
 /* Each fake device has 80 GiB; what its allocations hold is used. */
 #define FAKE_DEVICE_BYTES (80ull << 30)
@@ -480,7 +507,10 @@ API int cudaMemGetInfo(size_t* freeb, size_t* total) {
     return cudaSuccess;
 }
 API int cudaMallocHost(void** p, size_t n) { return add_alloc(p, n, -1); }
-API int cudaFreeHost(void* p) { return remove_alloc(p, 1); }
+API int cudaFreeHost(void* p) {
+    drain_for(p);
+    return remove_alloc(p, 1);
+}
 
 enum { H2H, H2D, D2H, D2D, DEFAULT };
 
