@@ -362,7 +362,17 @@ func ExampleComm_Abort() {
 	defer s.Destroy()
 	b, _ := cu.Alloc(0, nccl.Float32, 1024)
 	defer b.Free()
+	s1, _ := cu.NewStream(1, nccl.StreamNonBlocking)
+	defer s1.Destroy()
+	b1, _ := cu.Alloc(1, nccl.Float32, 1024)
+	defer b1.Free()
 
+	// One all-reduce together first: NCCL connects the ranks inside their
+	// first operation, where rank 0's alone would wait for rank 1.
+	lib.Group(func() error {
+		comms[0].AllReduce(b, b, nccl.Sum, s)
+		return comms[1].AllReduce(b1, b1, nccl.Sum, s1)
+	})
 	if err := comms[0].AllReduce(b, b, nccl.Sum, s); err != nil {
 		log.Fatal(err)
 	}

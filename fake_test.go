@@ -1,9 +1,9 @@
 package nccl
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -60,12 +60,7 @@ func TestMain(m *testing.M) {
 // combined output.
 func runChild(t *testing.T, name string, env ...string) (string, error) {
 	t.Helper()
-	// Under emulation without binfmt (scripts/test-arm64.sh) the binary cannot
-	// start itself: GONCCL_TEST_EMULATOR names the emulator to start it with.
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	if emu := os.Getenv("GONCCL_TEST_EMULATOR"); emu != "" {
-		cmd = exec.Command(emu, os.Args[0], "-test.run=^$")
-	}
+	cmd := fakes.SelfCommand(context.Background(), "-test.run=^$")
 	cmd.Env = append([]string{"GONCCL_TEST_CHILD=" + name, "PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 		"GONCCL_FAKE_DIR=" + FakeDir(t), "QEMU_LD_PREFIX=" + os.Getenv("QEMU_LD_PREFIX")}, env...)
 	out, err := cmd.CombinedOutput()

@@ -141,24 +141,6 @@ func faultChild(t *testing.T, id nccl.UniqueID, when string) *exec.Cmd {
 	return cmd
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.b = append(b.b, p...)
-	return len(p), nil
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.b)
-}
-
 // TestGPUFaultChild is rank 1 of TestGPUFaultPeerDies, in its own process.
 func TestGPUFaultChild(t *testing.T) {
 	when := os.Getenv("GONCCL_FAULT_WHEN")

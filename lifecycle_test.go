@@ -254,6 +254,7 @@ func TestLifecycleAbortRescuesClose(t *testing.T) {
 	cu := l.CUDA()
 	run := func(t *testing.T, rescue func(c *nccl.Comm, s nccl.Stream) error, wantCtx bool) {
 		comms := twoRanks(t, l)
+		connectRanks(t, l, comms[:]...) // NCCL connects inside the first operation: rank 0's alone would wait there
 		s, err := cu.NewStream(0, nccl.StreamNonBlocking)
 		if err != nil {
 			t.Fatal(err)
@@ -529,6 +530,9 @@ func TestLifecycleCopiesRunOnTheBuffersDevice(t *testing.T) {
 			c.Close(context.Background())
 		}
 	}()
+	// One thread drives both ranks below, without a group: NCCL would wait
+	// inside rank 0's first all-reduce for rank 1 to connect. Connect first.
+	connectRanks(t, l, comms...)
 	var s [2]nccl.Stream
 	var b [2]nccl.Buffer
 	for r := range 2 {

@@ -3,10 +3,9 @@ package nccl
 import (
 	"bufio"
 	"bytes"
-	"debug/elf"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,9 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/internal/ccall"
 	"golang.org/x/sys/unix"
 )
@@ -24,6 +26,14 @@ import (
 // This file finds and opens shared libraries: one search routine serves libnccl
 // and libcudart, each described by a libSpec. The order is documented in the
 // README ("Where gonccl looks") and tested in loader_test.go.
+//
+// Every candidate file is checked before anything opens it for the loader: a
+// FIFO or a device would block dlopen's open(2) forever, so only regular files
+// are opened (checkRegular), and the ELF headers of a file must describe no
+// more than the file holds, or dlopen's mapping of it kills the process with
+// SIGBUS (elfcheck.go). A stat-then-dlopen race remains: a file swapped for a
+// FIFO between the check and dlopen still blocks. Swapping it takes write
+// access to the folder, which is enough to plant any library anyway.
 
 // How a library was found: the values of LibraryFile.Via and Attempt.Via.
 const (
@@ -58,10 +68,12 @@ type Attempt struct {
 }
 
 func (a Attempt) String() string {
+	path := showPath(a.Path)
 	if a.Err == nil {
-		return fmt.Sprintf("%s: %s: loaded", a.Via, a.Path)
+		return fmt.Sprintf("%s: %s: loaded", a.Via, path)
 	}
-	return fmt.Sprintf("%s: %s: %v", a.Via, a.Path, a.Err)
+	// Errors about a file name it (a *FileError, a *VersionError): say it once.
+	return fmt.Sprintf("%s: %s: %s", a.Via, path, strings.TrimPrefix(a.Err.Error(), path+": "))
 }
 
 // LoadError reports a library that could not be loaded, with the whole search.
@@ -94,7 +106,57 @@ var (
 	ErrNotELF    = errors.New("not an ELF shared library")
 	ErrWrongArch = errors.New("ELF file for another architecture")
 	ErrDlopen    = errors.New("dlopen failed")
+	// ErrNotRegular: a candidate is a FIFO, a socket, a device or a folder,
+	// which gonccl never opens (opening a FIFO blocks until a writer comes).
+	ErrNotRegular = errors.New("not a regular file")
+	// ErrCorruptELF: a candidate's ELF headers describe more than the file
+	// holds (a truncated copy, a damaged download); dlopen would crash on it.
+	ErrCorruptELF = errors.New("truncated or corrupt ELF file")
+	// ErrBadVersion: ncclGetVersion answers a code no NCCL release reports.
+	ErrBadVersion = errors.New("implausible NCCL version")
 )
+
+// FileError is a candidate file the search could not examine (a permission
+// problem: errors.Is(err, fs.ErrPermission)) or refused before dlopen: Err
+// wraps ErrNotRegular, ErrCorruptELF, ErrNotELF, ErrWrongArch, ErrNotFound,
+// the system's error, or the *Error of a failed ncclGetVersion.
+type FileError struct {
+	Path string // the file
+	Err  error
+}
+
+func (e *FileError) Error() string { return showPath(e.Path) + ": " + e.Err.Error() }
+
+func (e *FileError) Unwrap() error { return e.Err }
+
+// fileError names path in err; a *fs.PathError gives up its own naming of the
+// path, whose text is not bounded.
+func fileError(path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return &FileError{Path: path, Err: err}
+}
+
+// VersionError is a library whose ncclGetVersion answers a code that decodes
+// to no NCCL release: not positive, or a major version other than 2 or 3 (the
+// code 99999999 would read as 9999.99.99). It matches ErrBadVersion.
+type VersionError struct {
+	Path string // the library file
+	Code int32  // the raw code ncclGetVersion wrote
+}
+
+func (e *VersionError) Error() string {
+	decoded := ""
+	if e.Code > 0 {
+		decoded = " (" + abi.DecodeVersion(int(e.Code)).String() + ")"
+	}
+	return fmt.Sprintf("%s: ncclGetVersion reports version code %d%s, which is no NCCL release (NCCL's codes decode to 2.x or 3.x: 2.28.3 is 22803)",
+		showPath(e.Path), e.Code, decoded)
+}
+
+func (e *VersionError) Is(target error) bool { return target == ErrBadVersion }
 
 // libSpec describes one library to search for.
 type libSpec struct {
@@ -106,6 +168,9 @@ type libSpec struct {
 	// after lists homes tried after the system loader.
 	after []homeDir
 	hint  string
+	// accept, if set, vets a library once it is open (path names the file
+	// mapped); a refused one counts as a failed candidate.
+	accept func(h uintptr, path string) error
 }
 
 // homeDir is a conventional place: an environment variable and the folders below it.
@@ -126,7 +191,8 @@ var ncclSpec = libSpec{
 		{env: "VIRTUAL_ENV", subs: []string{"lib/python3*/site-packages/nvidia/nccl/lib"}},
 		{env: "CONDA_PREFIX", subs: []string{"lib"}},
 	},
-	hint: "set GONCCL_NCCL_LIB to libnccl.so.2 or its folder (NCCL_HOME, NUMBA_NCCLLIB and an active virtualenv with nvidia-nccl-cu12/cu13 work too)",
+	hint:   "set GONCCL_NCCL_LIB to libnccl.so.2 or its folder (NCCL_HOME, NUMBA_NCCLLIB and an active virtualenv with nvidia-nccl-cu12/cu13 work too)",
+	accept: checkNCCLVersion,
 }
 
 var cudartSpec = libSpec{
@@ -153,13 +219,24 @@ func search(spec libSpec, explicit string, getenv func(string) string) (LibraryF
 	fail := func(err error) (LibraryFile, error) {
 		return LibraryFile{}, &LoadError{Library: spec.name, Trace: trace, Err: err, Hint: spec.hint}
 	}
+	// take records a candidate that dlopen answered (h, err) and says whether
+	// it is the one: opened, and accepted by the spec.
+	take := func(via, p string, h uintptr, err error) (LibraryFile, bool) {
+		if err == nil && spec.accept != nil {
+			err = spec.accept(h, mappedPathOr(h, p))
+		}
+		trace = append(trace, Attempt{Via: via, Path: p, Err: err})
+		if err != nil {
+			return LibraryFile{}, false
+		}
+		return finish(spec, via, p, h, trace), true
+	}
 	// tryAll tries the candidates of one source; it returns the first that loads.
 	tryAll := func(via string, paths []string) (LibraryFile, bool) {
 		for _, p := range paths {
 			h, err := openFile(p)
-			trace = append(trace, Attempt{Via: via, Path: p, Err: err})
-			if err == nil {
-				return finish(spec, via, p, h, trace), true
+			if f, ok := take(via, p, h, err); ok {
+				return f, true
 			}
 		}
 		return LibraryFile{}, false
@@ -173,18 +250,20 @@ func search(spec libSpec, explicit string, getenv func(string) string) (LibraryF
 		// A file the process has mapped already (the warm case: a second Open)
 		// needs no look at the disk.
 		if h := loaded(val); h != 0 {
-			trace = append(trace, Attempt{Via: via, Path: val})
-			return finish(spec, via, val, h, trace), nil
+			if f, ok := take(via, val, h, nil); ok {
+				return f, nil
+			}
+			return fail(envError(via, val, trace[len(trace)-1].Err))
 		}
 		paths, err := candidates(spec, val)
 		if err != nil {
 			trace = append(trace, Attempt{Via: via, Path: val, Err: err})
-			return fail(fmt.Errorf("%s=%s: %w", via, val, err))
+			return fail(envError(via, val, err))
 		}
 		if f, ok := tryAll(via, paths); ok {
 			return f, nil
 		}
-		return fail(fmt.Errorf("%s=%s: %w", via, val, trace[len(trace)-1].Err))
+		return fail(envError(via, val, trace[len(trace)-1].Err))
 	}
 
 	homes := func(list []homeDir) (LibraryFile, bool, error) {
@@ -193,11 +272,14 @@ func search(spec libSpec, explicit string, getenv func(string) string) (LibraryF
 			if val == "" {
 				continue
 			}
-			paths := homePaths(spec, h, val)
+			paths, err := homePaths(spec, h, val)
 			if len(paths) == 0 {
-				trace = append(trace, Attempt{Via: h.env, Path: val, Err: fmt.Errorf("no %s there: %w", strings.Join(spec.sonames, ", "), ErrNotFound)})
+				if err == nil {
+					err = fmt.Errorf("no %s there: %w", strings.Join(spec.sonames, ", "), ErrNotFound)
+				}
+				trace = append(trace, Attempt{Via: h.env, Path: val, Err: err})
 				if h.strict {
-					return LibraryFile{}, false, fmt.Errorf("%s=%s: %w", h.env, val, ErrNotFound)
+					return LibraryFile{}, false, envError(h.env, val, err)
 				}
 				continue
 			}
@@ -206,7 +288,7 @@ func search(spec libSpec, explicit string, getenv func(string) string) (LibraryF
 				return f, true, nil
 			}
 			if h.strict {
-				return LibraryFile{}, false, fmt.Errorf("%s=%s: %w", h.env, val, trace[n].Err)
+				return LibraryFile{}, false, envError(h.env, val, trace[n].Err)
 			}
 		}
 		return LibraryFile{}, false, nil
@@ -217,19 +299,28 @@ func search(spec libSpec, explicit string, getenv func(string) string) (LibraryF
 		return f, nil
 	}
 
+	// Asked for a bare soname, even with RTLD_NOLOAD, the dynamic loader opens
+	// the files of that name in LD_LIBRARY_PATH's folders unchecked.
+	hazard := map[string]error{}
+	for _, so := range spec.sonames {
+		hazard[so] = loaderPathHazard(so, getenv("LD_LIBRARY_PATH"))
+	}
 	for _, via := range []string{ViaAlreadyLoaded, ViaSystemLoader} {
 		mode := purego.RTLD_NOW | purego.RTLD_GLOBAL
 		if via == ViaAlreadyLoaded {
 			mode |= rtldNoload
 		}
 		for _, so := range spec.sonames {
+			if err := hazard[so]; err != nil {
+				trace = append(trace, Attempt{Via: via, Path: so, Err: fmt.Errorf("not asked: LD_LIBRARY_PATH holds %w", err)})
+				continue
+			}
 			h, err := dlopen(so, mode)
 			if err != nil && via == ViaAlreadyLoaded {
 				err = errors.New("not loaded")
 			}
-			trace = append(trace, Attempt{Via: via, Path: so, Err: err})
-			if err == nil {
-				return finish(spec, via, so, h, trace), nil
+			if f, ok := take(via, so, h, err); ok {
+				return f, nil
 			}
 		}
 	}
@@ -242,14 +333,23 @@ func search(spec libSpec, explicit string, getenv func(string) string) (LibraryF
 	return fail(fmt.Errorf("no %s in any place searched: %w", strings.Join(spec.sonames, " or "), ErrNotFound))
 }
 
+// envError says which variable (or option) held val, quoted and bounded.
+func envError(name, val string, err error) error {
+	return fmt.Errorf("%s=%s: %w", name, quoteValue(val), err)
+}
+
 // finish fills in the mapped path of a loaded library.
 func finish(spec libSpec, via, tried string, h uintptr, trace []Attempt) LibraryFile {
-	path, err := mappedPath(h)
-	if err != nil {
-		// The library is loaded; say what was asked for rather than fail.
-		path = tried
+	return LibraryFile{Path: mappedPathOr(h, tried), Via: via, Trace: trace, handle: h}
+}
+
+// mappedPathOr is the path of the file mapped for h, or tried when it cannot
+// be found: the library is loaded, so say what was asked for rather than fail.
+func mappedPathOr(h uintptr, tried string) string {
+	if path, err := mappedPath(h); err == nil {
+		return path
 	}
-	return LibraryFile{Path: path, Via: via, Trace: trace, handle: h}
+	return tried
 }
 
 // candidates expands an explicit value: a file is itself; a folder yields the
@@ -257,52 +357,96 @@ func finish(spec libSpec, via, tried string, h uintptr, trace []Attempt) Library
 // are refused, so the working directory is never searched implicitly.
 func candidates(spec libSpec, val string) ([]string, error) {
 	if !filepath.IsAbs(val) {
-		return nil, fmt.Errorf("%q is not an absolute path", val)
+		return nil, fmt.Errorf("%s is not an absolute path", quoteValue(val))
 	}
 	st, err := os.Stat(val)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("no such file or directory: %w", ErrNotFound)
 		}
-		return nil, err
+		return nil, fileError(val, err)
 	}
 	if !st.IsDir() {
 		return []string{val}, nil
 	}
-	var out []string
-	for _, so := range spec.sonames {
-		if p := filepath.Join(val, so); isFile(p) {
-			out = append(out, p)
-		}
-	}
+	out := namesIn(spec, val)
 	if len(out) == 0 {
 		return nil, fmt.Errorf("folder has no %s: %w", strings.Join(spec.sonames, ", "), ErrNotFound)
 	}
 	return out, nil
 }
 
-// homePaths lists the sonames present below one conventional home.
-func homePaths(spec libSpec, h homeDir, val string) []string {
+// homePaths lists the sonames present below one conventional home. A folder
+// that cannot be read is an error, not an empty place: a permission problem is
+// reported as one.
+func homePaths(spec libSpec, h homeDir, val string) ([]string, error) {
 	if !filepath.IsAbs(val) {
-		return nil
+		return nil, fmt.Errorf("%s is not an absolute path", quoteValue(val))
 	}
 	var out []string
+	var firstErr error
 	for _, sub := range h.subs {
-		dirs := []string{filepath.Join(val, sub)}
-		if strings.Contains(sub, "*") {
-			dirs, _ = filepath.Glob(filepath.Join(val, sub))
-			// Newest Python first: python3.12 before python3.9.
-			sort.Slice(dirs, func(i, j int) bool { return pyVersion(dirs[i]) > pyVersion(dirs[j]) })
+		dirs, err := expandSub(val, sub)
+		if err != nil && firstErr == nil {
+			firstErr = err
 		}
 		for _, d := range dirs {
-			for _, so := range spec.sonames {
-				if p := filepath.Join(d, so); isFile(p) {
-					out = append(out, p)
-				}
-			}
+			out = append(out, namesIn(spec, d)...)
+		}
+	}
+	return out, firstErr
+}
+
+// namesIn lists the sonames present in dir. Present means anything by that
+// name that is there or cannot be looked at (a folder without search
+// permission): the checks before dlopen then say what is wrong with it.
+func namesIn(spec libSpec, dir string) []string {
+	var out []string
+	for _, so := range spec.sonames {
+		if p := filepath.Join(dir, so); present(p) {
+			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// present: p names something, or stat cannot tell (EACCES, ELOOP, ...): not
+// absent. A dangling link and a missing folder on the way are absent.
+func present(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil || !(errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR))
+}
+
+// expandSub lists the folders sub names below val: one, or with one "*"
+// component (lib/python3*/site-packages), every match, newest Python first.
+// Only sub's "*" is a pattern; val is taken literally.
+func expandSub(val, sub string) ([]string, error) {
+	star := strings.IndexByte(sub, '*')
+	if star < 0 {
+		return []string{filepath.Join(val, sub)}, nil
+	}
+	start := strings.LastIndexByte(sub[:star], '/') + 1
+	end := len(sub)
+	if i := strings.IndexByte(sub[star:], '/'); i >= 0 {
+		end = star + i
+	}
+	parent, pattern, rest := filepath.Join(val, sub[:start]), sub[start:end], strings.TrimPrefix(sub[end:], "/")
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+			return nil, nil
+		}
+		return nil, fileError(parent, err)
+	}
+	var dirs []string
+	for _, e := range entries {
+		if ok, _ := filepath.Match(pattern, e.Name()); ok {
+			dirs = append(dirs, filepath.Join(parent, e.Name(), rest))
+		}
+	}
+	// Newest Python first: python3.12 before python3.9.
+	sort.SliceStable(dirs, func(i, j int) bool { return pyVersion(dirs[i]) > pyVersion(dirs[j]) })
+	return dirs, nil
 }
 
 func pyVersion(dir string) int {
@@ -318,20 +462,15 @@ func pyVersion(dir string) int {
 	return n
 }
 
-func isFile(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
-}
-
 // openFile opens the file at path. A file the process has mapped already is
 // taken as it is: the dynamic loader validated it when it mapped it. Another is
-// first checked to be an ELF shared object for this architecture, which turns
-// dlopen's terse words into typed errors.
+// first checked (checkCandidate), which turns dlopen's terse words, its hangs
+// and its crashes into typed errors.
 func openFile(path string) (uintptr, error) {
 	if h := loaded(path); h != 0 {
 		return h, nil
 	}
-	if err := checkELF(path); err != nil {
+	if err := checkCandidate(path); err != nil {
 		return 0, err
 	}
 	return dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
@@ -340,45 +479,187 @@ func openFile(path string) (uintptr, error) {
 // loaded opens path only if the process has that file mapped already
 // (RTLD_NOLOAD), as dlopen would, and returns its handle; 0 if it has not. A
 // bare name is never looked up: it would match any library of that soname.
+// Nor is anything but a regular file: dlopen opens the file even with
+// RTLD_NOLOAD, to compare it with those mapped, and opening a FIFO blocks.
 func loaded(path string) uintptr {
-	if !filepath.IsAbs(path) {
+	if !filepath.IsAbs(path) || checkRegular(path) != nil {
 		return 0
 	}
 	h, _ := dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL|rtldNoload)
 	return h
 }
 
-// elfMachine is the ELF machine of this process.
-var elfMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH]
-
-// checkELF reads the ELF header (64 bytes, nothing more: the loader parses the
-// rest) and refuses what dlopen would refuse with less helpful words.
-func checkELF(path string) error {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+// checkRegular refuses, without opening it, a path that is not a regular file
+// once symbolic links are followed.
+func checkRegular(path string) error {
+	st, err := os.Stat(path)
 	if err != nil {
-		if err == unix.ENOENT {
-			return fmt.Errorf("no such file: %w", ErrNotFound)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fileError(path, fmt.Errorf("no such file: %w", ErrNotFound))
 		}
-		return &os.PathError{Op: "open", Path: path, Err: err}
+		return fileError(path, err)
 	}
-	defer unix.Close(fd)
-	var h [64]byte
-	n, _ := unix.Pread(fd, h[:], 0)
-	if n < 20 || string(h[:4]) != elf.ELFMAG {
-		return fmt.Errorf("%w (no ELF magic)", ErrNotELF)
+	return regularFile(path, st.Mode())
+}
+
+// regularFile is the refusal of a file of mode m that is not regular, naming
+// what it is.
+func regularFile(path string, m fs.FileMode) error {
+	if m.IsRegular() {
+		return nil
 	}
-	class, data := elf.Class(h[elf.EI_CLASS]), elf.Data(h[elf.EI_DATA])
-	if data != elf.ELFDATA2LSB {
-		return fmt.Errorf("%w: %s, this process is %s", ErrWrongArch, data, runtime.GOARCH)
+	what := "special file"
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		what = "FIFO (named pipe)"
+	case m&fs.ModeSocket != 0:
+		what = "socket"
+	case m&fs.ModeCharDevice != 0:
+		what = "character device"
+	case m&fs.ModeDevice != 0:
+		what = "block device"
+	case m.IsDir():
+		what = "folder"
 	}
-	machine := elf.Machine(binary.LittleEndian.Uint16(h[18:]))
-	if machine != elfMachine || class != elf.ELFCLASS64 {
-		return fmt.Errorf("%w: %s %s, this process is %s", ErrWrongArch, class, machine, runtime.GOARCH)
+	return &FileError{Path: path, Err: fmt.Errorf("%w: it is a %s", ErrNotRegular, what)}
+}
+
+// checkCandidate is every check of a file before dlopen may see it: a regular
+// file (looked at before it is opened, and opened without blocking, then
+// looked at again through the descriptor, in case it was swapped), an ELF
+// shared object for this architecture whose headers fit in the file.
+func checkCandidate(path string) error {
+	if err := checkRegular(path); err != nil {
+		return err
 	}
-	if typ := elf.Type(binary.LittleEndian.Uint16(h[16:])); typ != elf.ET_DYN {
-		return fmt.Errorf("%w: ELF type %s", ErrNotELF, typ)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return fileError(path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fileError(path, err)
+	}
+	if err := regularFile(path, st.Mode()); err != nil {
+		return err
+	}
+	if err := checkELFImage(f, st.Size()); err != nil {
+		return &FileError{Path: path, Err: err}
 	}
 	return nil
+}
+
+// loaderPathHazard looks where the dynamic loader will look for soname in
+// LD_LIBRARY_PATH (each folder's glibc-hwcaps subfolders, then the folder; an
+// empty entry is the working directory, as for the loader) and returns the
+// refusal of a file there that would hang or crash it: not regular, or a
+// corrupt ELF file. A file the loader refuses cleanly (another architecture,
+// not ELF, not readable) is passed over, as the loader passes it over; the
+// first good one ends the look, as it ends the loader's. Subfolders for CPU
+// levels this machine lacks are checked too: the look errs toward refusing.
+func loaderPathHazard(soname, ldLibraryPath string) error {
+	if ldLibraryPath == "" {
+		return nil
+	}
+	for _, dir := range strings.Split(strings.ReplaceAll(ldLibraryPath, ";", ":"), ":") {
+		if dir == "" {
+			dir = "."
+		}
+		good := false
+		for _, p := range loaderPathFiles(dir, soname) {
+			err := checkCandidate(p)
+			if errors.Is(err, ErrNotRegular) || errors.Is(err, ErrCorruptELF) {
+				return err
+			}
+			good = good || err == nil
+		}
+		if good {
+			return nil
+		}
+	}
+	return nil
+}
+
+// loaderPathFiles lists the files named soname the loader may open for one
+// LD_LIBRARY_PATH folder: in glibc-hwcaps/*/ (highest level first), then in it.
+func loaderPathFiles(dir, soname string) []string {
+	var out []string
+	levels, _ := os.ReadDir(filepath.Join(dir, "glibc-hwcaps"))
+	for i := len(levels) - 1; i >= 0; i-- {
+		if p := filepath.Join(dir, "glibc-hwcaps", levels[i].Name(), soname); present(p) {
+			out = append(out, p)
+		}
+	}
+	if p := filepath.Join(dir, soname); present(p) {
+		out = append(out, p)
+	}
+	return out
+}
+
+// checkNCCLVersion refuses a library whose ncclGetVersion fails or answers a
+// code no NCCL release reports, naming the file. A library without the
+// function passes: Open reports the missing symbol.
+func checkNCCLVersion(h uintptr, path string) error {
+	fn := dlsym(h, ncclSymbols[fnGetVersion].cname)
+	if fn == 0 {
+		return nil
+	}
+	var code int32
+	if r := abi.Result(int32(ccall.CallPtr(fn, uintptr(unsafe.Pointer(&code))))); r != abi.Success {
+		return &FileError{Path: path, Err: &Error{Op: "ncclGetVersion", Code: r}}
+	}
+	if !plausibleVersion(code) {
+		return &VersionError{Path: path, Code: code}
+	}
+	return nil
+}
+
+// plausibleVersion: a positive code that abi.DecodeVersion reads as NCCL 2.x
+// or 3.x (X*1000+Y*100+Z before 2.9, X*10000+Y*100+Z from 2.9).
+func plausibleVersion(code int32) bool {
+	if code <= 0 {
+		return false
+	}
+	major := abi.DecodeVersion(int(code)).Major
+	return major == 2 || major == 3
+}
+
+// maxShown bounds how much of an outside string (an environment value, a path
+// built from one) an error message repeats: a 100 KB value must not make a
+// 400 KB message.
+const maxShown = 200
+
+// quoteValue renders s for an error message: quoted with Go's escapes, so that
+// newlines and control bytes stay on one line, and cut after maxShown bytes
+// with the full length noted.
+func quoteValue(s string) string {
+	if len(s) <= maxShown {
+		return strconv.Quote(s)
+	}
+	cut := maxShown
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
+}
+
+// showPath renders a path for an error message: as it is when it is short and
+// plain (printable, no quote or backslash), quoteValue's way otherwise.
+func showPath(p string) string {
+	if len(p) <= maxShown && isPlain(p) {
+		return p
+	}
+	return quoteValue(p)
+}
+
+func isPlain(s string) bool {
+	for _, r := range s {
+		if r == utf8.RuneError || r == '"' || r == '\\' || !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // The dynamic loader's functions, called through gonccl's own call path:
@@ -401,20 +682,21 @@ func dlopen(path string, mode int) (uintptr, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if strings.IndexByte(path, 0) >= 0 {
-		return 0, fmt.Errorf("%w: %q holds a NUL byte", ErrDlopen, path)
+		return 0, fmt.Errorf("%w: %s holds a NUL byte", ErrDlopen, quoteValue(path))
 	}
 	d := libdl()
 	if d.open == 0 || d.errstr == 0 {
 		h, err := purego.Dlopen(path, mode)
 		if err != nil {
-			return 0, fmt.Errorf("%w: %v", ErrDlopen, err)
+			return 0, fmt.Errorf("%w: %s", ErrDlopen, strings.Replace(err.Error(), path, showPath(path), 1))
 		}
 		return h, nil
 	}
 	if h := ccall.CallPtr(d.open, uintptr(unsafe.Pointer(cString(path))), uintptr(mode)); h != 0 {
 		return h, nil
 	}
-	return 0, fmt.Errorf("%w: %s", ErrDlopen, ccall.GoString(ccall.Call(d.errstr)))
+	// dlerror repeats the path, which may be long or hold newlines: shown bounded.
+	return 0, fmt.Errorf("%w: %s", ErrDlopen, strings.Replace(ccall.GoString(ccall.Call(d.errstr)), path, showPath(path), 1))
 }
 
 // dlsym returns 0 for a missing symbol; name is NUL-terminated (symbol.cname).

@@ -312,10 +312,12 @@ func TestCUDARuntimeSearch(t *testing.T) {
 }
 
 // FuzzSearchValue feeds arbitrary values to the search variables: never a panic,
-// never a relative path tried, and a set override that does not resolve is an
-// error, not a fall-through.
+// never a relative path tried, a set override that does not resolve is an
+// error, not a fall-through, and the error repeats the value quoted and cut: a
+// few KiB at most, one line per attempt whatever newlines the value holds.
 func FuzzSearchValue(f *testing.F) {
-	for _, s := range []string{"", "/", "lib", "./libnccl.so.2", "/nonexistent/libnccl.so.2", "/dev/null", "/proc", "\x00", "/tmp/../tmp"} {
+	for _, s := range []string{"", "/", "lib", "./libnccl.so.2", "/nonexistent/libnccl.so.2", "/dev/null", "/proc", "\x00", "/tmp/../tmp",
+		"/dev/zero", "/proc/self/fd/0", "/nonexistent\n/libnccl.so.2", "/" + strings.Repeat("long/", 1000)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, val string) {
@@ -330,6 +332,14 @@ func FuzzSearchValue(f *testing.F) {
 		}
 		if err == nil && f.Via != "GONCCL_NCCL_LIB" {
 			t.Fatalf("GONCCL_NCCL_LIB=%q fell through to %s", val, f.Via)
+		}
+		var le *LoadError
+		if errors.As(err, &le) {
+			msg := err.Error()
+			if len(msg) > 8192 || strings.Count(msg, "\n") != len(le.Trace)+1 {
+				t.Fatalf("GONCCL_NCCL_LIB=%q: a message of %d bytes, %d lines for %d attempts:\n%.3000s",
+					val, len(msg), strings.Count(msg, "\n")+1, len(le.Trace), msg)
+			}
 		}
 	})
 }

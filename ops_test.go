@@ -566,6 +566,7 @@ func TestWaitAbortsOnDeadline(t *testing.T) {
 	l := open(t, "default")
 	for _, ctx := range []context.Context{context.Background(), nonBlockingCtx(t)} {
 		ranks := initRanksCtx(t, l, 2, ctx)
+		connectRanks(t, l, ranks[0].comm, ranks[1].comm) // or rank 0's Recv waits inside NCCL for rank 1 to connect
 		buf := upload(t, l, 0, make([]int32, 4))
 		if err := ranks[0].comm.Recv(buf, 1, ranks[0].s); err != nil {
 			t.Fatal(err)

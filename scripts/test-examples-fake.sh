@@ -5,9 +5,13 @@
 # job of one (-np 1, alone, and with an id file). Each example checks every
 # element of its result itself.
 #
-# The fakes meet ranks inside one process only, so allreduce -np 2 cannot form
-# a job; it is run to prove the deadline: both ranks must fail with
-# "context deadline exceeded" within -timeout instead of hanging.
+# Ranks in different processes meet through the fakes as through NCCL, over
+# loopback TCP: allreduce as jobs of 2 and 3 processes (-np: NCCL_COMM_ID, rank
+# 0 hosting the rendezvous), with an id file under -np, and as two processes
+# started by hand with torchrun's variables and an id file but no NCCL_COMM_ID
+# (rank 0's ncclGetUniqueId hosts it); nccl-bench -np 2 over int8 data, every
+# result checked on every rank (-c 1), on the default and VCCL variants (VCCL:
+# the native ncclAlltoAllv on symmetric windows across processes).
 #
 #   scripts/test-examples-fake.sh      # every fake variant the examples support
 #
@@ -23,7 +27,7 @@ die() {
 
 go run ./internal/fakes/build -o "$work/fakes" || die "building the fakes"
 mkdir -p "$work/bin"
-CGO_ENABLED=0 go build -o "$work/bin/" ./examples/... || die "building the examples"
+CGO_ENABLED=0 go build -o "$work/bin/" ./examples/... ./cmd/nccl-bench || die "building the examples and nccl-bench"
 export GONCCL_CUDART_LIB=$work/fakes/cudart FAKECUDA_DEVICES=${FAKECUDA_DEVICES:-4} NCCL_COMM_ID=
 E=$work/bin
 fails=0
@@ -53,17 +57,44 @@ for v in default old vccl11; do
 done
 run vccl10 env GONCCL_ALLTOALLV_ABI=10 $E/alltoallv -k 256
 
-# Two processes cannot meet through the fakes: the deadline must end both.
-start=$SECONDS
-if out=$(GONCCL_NCCL_LIB=$work/fakes/default timeout 30 $E/allreduce -np 2 -n 1024 -timeout 2s 2>&1); then
-  echo "FAIL  allreduce -np 2 succeeded across processes: the fakes cannot do that"
-  fails=$((fails + 1))
-elif [ "$(echo "$out" | grep -c 'context deadline exceeded')" -ne 2 ] || [ $((SECONDS - start)) -gt 10 ]; then
-  echo "FAIL  allreduce -np 2 -timeout 2s: want both ranks to fail on the deadline within 10 s; got, after $((SECONDS - start)) s:"
-  echo "$out" | sed 's/^/      /'
-  fails=$((fails + 1))
-else
-  echo "ok    [default] allreduce -np 2 -timeout 2s: both ranks gave up at the deadline ($((SECONDS - start)) s), as they must with the fakes"
-fi
+bench() { # bench VARIANT ARGS...: nccl-bench; every result it checks must be right
+  local v=$1
+  shift
+  local out
+  if out=$(cd "$work" && GONCCL_NCCL_LIB=$work/fakes/$v timeout 60 $E/nccl-bench -d int8 -b 8 -e 64K -f 8 -n 2 -w 1 -c 1 "$@" 2>&1) &&
+    echo "$out" | awk '/^ +[0-9]/ { rows++; for (i = 9; i <= 13; i += 4) if ($i == "0") ok++; else if ($i != "N/A") bad++ }
+      END { exit !(rows > 0 && ok > 0 && bad == 0) }'; then
+    echo "ok    [$v] nccl-bench $*: $(echo "$out" | awk '/^ +[0-9]/ { n++ } END { print n }') sizes, every checked result right"
+  else
+    echo "FAIL  [$v] nccl-bench $*:"
+    echo "$out" | sed 's/^/      /'
+    fails=$((fails + 1))
+  fi
+}
+pair() { # pair VARIANT: allreduce as ranks 0 and 1 started by hand, the id through a file
+  local v=$1 out id=$work/id-pair-$1
+  if out=$(cd "$work" && export GONCCL_NCCL_LIB=$work/fakes/$v WORLD_SIZE=2 && (RANK=1 LOCAL_RANK=1 timeout 60 $E/allreduce -n 65536 -timeout 30s -idfile "$id" &
+    RANK=0 LOCAL_RANK=0 timeout 60 $E/allreduce -n 65536 -timeout 30s -idfile "$id" && wait $!) 2>&1) &&
+    [ "$(echo "$out" | grep -c 'floats correct')" -eq 2 ]; then
+    echo "ok    [$v] allreduce, ranks 0 and 1 by hand, -idfile, no NCCL_COMM_ID: $(echo "$out" | tail -1)"
+  else
+    echo "FAIL  [$v] allreduce, ranks 0 and 1 by hand, -idfile, no NCCL_COMM_ID:"
+    echo "$out" | sed 's/^/      /'
+    fails=$((fails + 1))
+  fi
+}
+
+# Across processes: each rank checks every element itself.
+for v in default vccl11; do
+  run $v $E/allreduce -np 2 -n 65536 -timeout 30s
+  run $v $E/allreduce -np 3 -n 65536 -timeout 30s
+  run $v $E/allreduce -np 2 -n 65536 -timeout 30s -idfile "$work/id-np-$v"
+  pair $v
+  for op in all_reduce all_gather reduce_scatter alltoall broadcast gather sendrecv alltoallv; do
+    bench $v -np 2 -op $op
+  done
+done
+run old $E/allreduce -np 2 -n 65536 -timeout 30s
+bench default -np 2 -g 2 -op all_reduce # 2 processes of 2 ranks each
 [ $fails -eq 0 ] || die "$fails run(s)"
 echo "test-examples-fake: every example passed against the fakes"

@@ -7,6 +7,38 @@
  * workers; group depth and pending operations belong to the calling thread;
  * results are exact for every data type and reduction.
  *
+ * Ranks in different processes meet as NCCL's bootstrap makes them, over
+ * loopback TCP. The id carries the rendezvous address and the pid of the
+ * process that made it: ncclGetUniqueId starts a root in this process (one
+ * listening socket and thread per process, shared by its ids), and with
+ * NCCL_COMM_ID=host:port rank 0's init listens at that address until every
+ * rank has joined ("Call to bind failed: Address already in use" if it can't).
+ * The process serving the rendezvous is the hub: its own ranks meet as ranks
+ * of one process always did, and each rank of another process is a proxy
+ * communicator there, fed over that rank's TCP connection: its collectives
+ * send their input and get their output back, computed at the hub by the same
+ * code, so results stay exact; point-to-point batches, splits and the
+ * rendezvous of symmetric windows go the same way. A clique made by
+ * ncclCommSplit lives in the process of its new rank 0 (NCCL bootstraps a
+ * split from the new root). The hub carries its remote ranks' traffic: its
+ * own ranks end an operation only once the remote ranks have their answers,
+ * and its Finalize/Destroy lets the last answers leave (up to 2 s), since the
+ * process may exit next; it must outlive the work of its cliques. A peer's
+ * death is not detected: whoever waits for it waits until aborted.
+ *
+ * Every collective is checked across ranks: a rank calling another operation,
+ * count, type, reduction or root than the others fails it on every rank
+ * (stderr, the last error, and the communicator's async error becomes
+ * ncclInvalidUsage) and no data moves.
+ *
+ * Connections are made lazily, as NCCL 2.22+ does (NCCL_RUNTIME_CONNECT=0
+ * turns that off): a communicator's first operation waits inside the call
+ * (at ncclGroupEnd for a group; in the launch thread of a non-blocking
+ * communicator) until the ranks it needs (every rank for a collective, the
+ * peers for sends and receives) have issued their first operation too. One
+ * thread driving several ranks without a group deadlocks there, as in NCCL;
+ * after 10 s (FAKENCCL_CONNECT_WARN_MS) it says so on stderr, and waits on.
+ *
  * Variants: the default is NCCL 2.28.3; -DFAKENCCL_OLD is 2.14.3 (no Split,
  * Register, MemAlloc, windows, AlltoAll/Gather/Scatter, InitRankScalable, fp8);
  * -DFAKENCCL_VCCL=11 or =10 is VCCL 2.29.2 with ncclAlltoAllv in that ABI;
@@ -15,14 +47,24 @@
  * communicator must call it, and each call waits for the others.
  * FAKENCCL_NULL_WINDOW=1 makes ncclCommWindowRegister succeed with no window. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define API __attribute__((visibility("default")))
@@ -62,14 +104,16 @@ int cudaFree(void* p);
 
 static pthread_mutex_t errmu = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[1024];
+static __thread char my_error[1024]; /* this thread's last failure: what a hub answers a remote rank */
 
 static ncclResult_t fail(ncclResult_t r, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    pthread_mutex_lock(&errmu);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
-    pthread_mutex_unlock(&errmu);
+    vsnprintf(my_error, sizeof my_error, fmt, ap);
     va_end(ap);
+    pthread_mutex_lock(&errmu);
+    memcpy(last_error, my_error, sizeof last_error);
+    pthread_mutex_unlock(&errmu);
     return r;
 }
 
@@ -95,7 +139,269 @@ API ncclResult_t ncclGetVersion(int* v) {
     return ncclSuccess;
 }
 
-/* ---- unique ids ---- */
+/* ---- loopback TCP: addresses, sockets, messages ---- */
+
+typedef struct {
+    int family; /* 4 or 6 */
+    unsigned char addr[16];
+    int port;
+} netaddr;
+
+/* parse_addr reads host:port, [v6]:port or name:port (resolved, IPv4 first). */
+static int parse_addr(const char* s, netaddr* a) {
+    char host[256];
+    const char* colon;
+    size_t n;
+    if (*s == '[') {
+        const char* end = strchr(s, ']');
+        if (!end || end[1] != ':') return -1;
+        n = (size_t)(end - s - 1);
+        if (n == 0 || n >= sizeof host) return -1;
+        memcpy(host, s + 1, n);
+        colon = end + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon) return -1;
+        n = (size_t)(colon - s);
+        if (n == 0 || n >= sizeof host || memchr(s, ':', n)) return -1; /* a bare IPv6 address needs brackets */
+        memcpy(host, s, n);
+    }
+    host[n] = 0;
+    char* end;
+    long port = strtol(colon + 1, &end, 10);
+    if (colon[1] < '0' || colon[1] > '9' || *end || port < 1 || port > 65535) return -1;
+    memset(a, 0, sizeof *a);
+    a->port = (int)port;
+    if (inet_pton(AF_INET, host, a->addr) == 1) {
+        a->family = 4;
+        return 0;
+    }
+    if (inet_pton(AF_INET6, host, a->addr) == 1) {
+        a->family = 6;
+        return 0;
+    }
+    struct addrinfo hints, *res, *p;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, NULL, &hints, &res)) return -1;
+    int found = 0;
+    for (p = res; p && !found; p = p->ai_next) /* IPv4 first */
+        if (p->ai_family == AF_INET) {
+            memcpy(a->addr, &((struct sockaddr_in*)p->ai_addr)->sin_addr, 4);
+            a->family = 4;
+            found = 1;
+        }
+    for (p = res; p && !found; p = p->ai_next)
+        if (p->ai_family == AF_INET6) {
+            memcpy(a->addr, &((struct sockaddr_in6*)p->ai_addr)->sin6_addr, 16);
+            a->family = 6;
+            found = 1;
+        }
+    freeaddrinfo(res);
+    return found ? 0 : -1;
+}
+
+static socklen_t to_sockaddr(const netaddr* a, struct sockaddr_storage* ss) {
+    memset(ss, 0, sizeof *ss);
+    if (a->family == 6) {
+        struct sockaddr_in6* s6 = (struct sockaddr_in6*)ss;
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)a->port);
+        memcpy(&s6->sin6_addr, a->addr, 16);
+        return sizeof *s6;
+    }
+    struct sockaddr_in* s4 = (struct sockaddr_in*)ss;
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons((uint16_t)a->port);
+    memcpy(&s4->sin_addr, a->addr, 4);
+    return sizeof *s4;
+}
+
+static void nodelay(int fd) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/* listen_on binds and listens at a (port 0: an ephemeral port, written back);
+ * -1 with errno set on failure. */
+static int listen_on(netaddr* a) {
+    struct sockaddr_storage ss;
+    socklen_t len = to_sockaddr(a, &ss);
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr*)&ss, len) || listen(fd, 128)) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (a->port == 0) {
+        len = sizeof ss;
+        getsockname(fd, (struct sockaddr*)&ss, &len);
+        a->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6*)&ss)->sin6_port : ((struct sockaddr_in*)&ss)->sin_port);
+    }
+    return fd;
+}
+
+static int connect_to(const netaddr* a) {
+    struct sockaddr_storage ss;
+    socklen_t len = to_sockaddr(a, &ss);
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (struct sockaddr*)&ss, len)) {
+        close(fd);
+        return -1;
+    }
+    nodelay(fd);
+    return fd;
+}
+
+static int send_all(int fd, const void* p, size_t n) {
+    const char* b = p;
+    while (n) {
+        ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int recv_all(int fd, void* p, size_t n) {
+    char* b = p;
+    while (n) {
+        ssize_t k = recv(fd, b, n, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* A message: a fixed header (type, payload length; little-endian, as every
+ * host gonccl runs on), then the payload. */
+enum { M_JOIN = 1, M_CONNECT, M_COLL, M_P2P, M_SPLIT, M_WIN, M_REPLY, M_NOTE };
+typedef struct {
+    uint32_t type, pad;
+    uint64_t len;
+} hdr;
+
+typedef struct {
+    char* p;
+    size_t n, cap;
+} wbuf;
+
+static void wb_put(wbuf* b, const void* v, size_t k) {
+    if (b->n + k > b->cap) {
+        b->cap = (b->n + k) * 2 + 256;
+        b->p = realloc(b->p, b->cap);
+    }
+    if (k) memcpy(b->p + b->n, v, k);
+    b->n += k;
+}
+static void wb_start(wbuf* b, uint32_t type) {
+    hdr h = {type, 0, 0};
+    b->n = 0;
+    wb_put(b, &h, sizeof h);
+}
+static void wb_i32(wbuf* b, int32_t v) { wb_put(b, &v, 4); }
+static void wb_i64(wbuf* b, int64_t v) { wb_put(b, &v, 8); }
+static void wb_u64(wbuf* b, uint64_t v) { wb_put(b, &v, 8); }
+static void wb_str(wbuf* b, const char* s) {
+    int32_t n = (int32_t)strlen(s);
+    wb_i32(b, n);
+    wb_put(b, s, (size_t)n);
+}
+__attribute__((unused)) static void wb_addr(wbuf* b, const netaddr* a) {
+    wb_i32(b, a->family);
+    wb_i32(b, a->port);
+    wb_put(b, a->addr, 16);
+}
+static int wb_send(int fd, wbuf* b) {
+    uint64_t len = b->n - sizeof(hdr);
+    memcpy(b->p + offsetof(hdr, len), &len, 8);
+    return send_all(fd, b->p, b->n);
+}
+
+typedef struct {
+    const char* p;
+    size_t n, off;
+    int bad;
+} rbuf;
+
+static const char* rb_take(rbuf* r, size_t k) {
+    if (r->bad || k > r->n - r->off) {
+        r->bad = 1;
+        return NULL;
+    }
+    const char* p = r->p + r->off;
+    r->off += k;
+    return p;
+}
+static int32_t rb_i32(rbuf* r) {
+    int32_t v = 0;
+    const char* p = rb_take(r, 4);
+    if (p) memcpy(&v, p, 4);
+    return v;
+}
+static int64_t rb_i64(rbuf* r) {
+    int64_t v = 0;
+    const char* p = rb_take(r, 8);
+    if (p) memcpy(&v, p, 8);
+    return v;
+}
+static uint64_t rb_u64(rbuf* r) { return (uint64_t)rb_i64(r); }
+/* rb_str copies a string into out (NUL-terminated, cut to n-1). */
+static void rb_str(rbuf* r, char* out, size_t n) {
+    int32_t k = rb_i32(r);
+    const char* p = k >= 0 ? rb_take(r, (size_t)k) : NULL;
+    size_t m = p ? ((size_t)k < n - 1 ? (size_t)k : n - 1) : 0;
+    if (m) memcpy(out, p, m);
+    out[m] = 0;
+}
+__attribute__((unused)) static void rb_addr(rbuf* r, netaddr* a) {
+    a->family = rb_i32(r);
+    a->port = rb_i32(r);
+    const char* p = rb_take(r, 16);
+    if (p) memcpy(a->addr, p, 16);
+}
+
+/* recv_msg reads one message, blocking; the payload is malloc'd. */
+static int recv_msg(int fd, uint32_t* type, char** payload, size_t* n) {
+    hdr h;
+    if (recv_all(fd, &h, sizeof h) || h.len > ((uint64_t)1 << 40)) return -1;
+    char* p = malloc(h.len ? h.len : 1);
+    if (!p || recv_all(fd, p, h.len)) {
+        free(p);
+        return -1;
+    }
+    *type = h.type;
+    *payload = p;
+    *n = h.len;
+    return 0;
+}
+
+/* ---- unique ids ----
+ *
+ *   0   "FKID"
+ *   4   key (the clique's name at the hub)
+ *  12   flags: 1 = derived from NCCL_COMM_ID (rank 0's init listens there)
+ *  13   address family (4, 6)
+ *  14   port
+ *  16   address (16 bytes)
+ *  32   pid of the process that made the id (0 from NCCL_COMM_ID)
+ *  36.. filler derived from bytes 4 to 35: a changed byte anywhere is seen */
+
+typedef struct {
+    uint64_t key;
+    int from_env;
+    netaddr at;
+    uint32_t pid;
+} idinfo;
 
 static uint64_t xorshift(uint64_t* s) {
     *s ^= *s << 13;
@@ -104,18 +410,35 @@ static uint64_t xorshift(uint64_t* s) {
     return *s;
 }
 
-static void fill_id(ncclUniqueId* id, uint64_t key) {
-    memcpy(id->internal, "FKID", 4);
-    memcpy(id->internal + 4, &key, 8);
-    uint64_t s = key | 1;
-    for (int i = 12; i < 128; i++) id->internal[i] = (char)xorshift(&s);
+static void fill_id(ncclUniqueId* id, const idinfo* d) {
+    unsigned char* b = (unsigned char*)id->internal;
+    memset(b, 0, 128);
+    memcpy(b, "FKID", 4);
+    memcpy(b + 4, &d->key, 8);
+    b[12] = (unsigned char)d->from_env;
+    b[13] = (unsigned char)d->at.family;
+    b[14] = (unsigned char)(d->at.port >> 8);
+    b[15] = (unsigned char)d->at.port;
+    memcpy(b + 16, d->at.addr, 16);
+    memcpy(b + 32, &d->pid, 4);
+    uint64_t s = 1469598103934665603ull;
+    for (int i = 4; i < 36; i++) s = (s ^ b[i]) * 1099511628211ull;
+    s |= 1;
+    for (int i = 36; i < 128; i++) b[i] = (unsigned char)xorshift(&s);
 }
 
-/* check_id returns the key, or -1 after setting the error for a mangled id. */
-static int check_id(const ncclUniqueId* id, const char* fn, uint64_t* key) {
+/* check_id reads the id, or returns -1 after setting the error for a mangled one. */
+static int check_id(const ncclUniqueId* id, const char* fn, idinfo* d) {
+    const unsigned char* b = (const unsigned char*)id->internal;
+    memset(d, 0, sizeof *d);
+    memcpy(&d->key, b + 4, 8);
+    d->from_env = b[12];
+    d->at.family = b[13];
+    d->at.port = b[14] << 8 | b[15];
+    memcpy(d->at.addr, b + 16, 16);
+    memcpy(&d->pid, b + 32, 4);
     ncclUniqueId want;
-    memcpy(key, id->internal + 4, 8);
-    fill_id(&want, *key);
+    fill_id(&want, d);
     for (int i = 0; i < 128; i++)
         if (id->internal[i] != want.internal[i]) {
             fail(ncclInvalidArgument, "%s: corrupt unique id (byte %d)", fn, i);
@@ -128,19 +451,41 @@ static pthread_mutex_t g = PTHREAD_MUTEX_INITIALIZER; /* cliques, comms, groups 
 static pthread_cond_t gc = PTHREAD_COND_INITIALIZER;
 static uint64_t next_key = 0x9e3779b97f4a7c15ull;
 
+/* new_key names a new clique (g held). Seeded per process: a clique made by a
+ * split at one process's hub may live in another process's table. */
+static uint64_t new_key(void) {
+    static int seeded;
+    if (!seeded) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        next_key ^= (uint64_t)getpid() << 40 ^ (uint64_t)ts.tv_sec << 20 ^ (uint64_t)ts.tv_nsec;
+        if (!next_key) next_key = 1;
+        seeded = 1;
+    }
+    return xorshift(&next_key);
+}
+
+static int ensure_root(netaddr* at);
+
 API ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
     if (!id) return fail(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
-    uint64_t key;
+    idinfo d;
+    memset(&d, 0, sizeof d);
     const char* addr = getenv("NCCL_COMM_ID");
     if (addr && *addr) { /* the same id on every rank, from the address */
-        key = 1469598103934665603ull;
-        for (const char* p = addr; *p; p++) key = (key ^ (unsigned char)*p) * 1099511628211ull;
-    } else {
+        if (parse_addr(addr, &d.at))
+            return fail(ncclInvalidArgument, "Invalid NCCL_COMM_ID, please use format: <ipv4>:<port> or [<ipv6>]:<port> or <hostname>:<port>");
+        d.key = 1469598103934665603ull;
+        for (const char* p = addr; *p; p++) d.key = (d.key ^ (unsigned char)*p) * 1099511628211ull;
+        d.from_env = 1;
+    } else { /* this process is the root: its address and pid go into the id */
         pthread_mutex_lock(&g);
-        key = xorshift(&next_key);
+        d.key = new_key();
         pthread_mutex_unlock(&g);
+        if (ensure_root(&d.at)) return fail(ncclSystemError, "ncclGetUniqueId: cannot listen for the bootstrap: %s", strerror(errno));
+        d.pid = (uint32_t)getpid();
     }
-    fill_id(id, key);
+    fill_id(id, &d);
     return ncclSuccess;
 }
 
@@ -152,6 +497,9 @@ API ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 typedef struct slot { /* one collective's meeting place */
     long seq;
     int busy, arrived, computed, left;
+    int checked, bad; /* the ranks' calls compared; they differ */
+    int delivered;    /* remote ranks that have their result */
+    char why[480];    /* how */
     struct task* task[MAXR];
 } slot;
 
@@ -167,17 +515,22 @@ typedef struct msg { /* a posted send */
 typedef struct clique {
     uint64_t key;
     int nranks, joined;
+    int hosting;      /* rank 0 listens at NCCL_COMM_ID for this clique's other ranks */
+    uint64_t started; /* ranks that issued their first operation (lazy connection) */
+    int nproxies, join_delivered; /* ranks of other processes; those told they joined */
     struct comm* comm[MAXR];
     slot slots[SLOTS];
     msg* mail;
     /* ncclCommSplit rendezvous */
     long split_seq;
-    int split_arrived, split_left;
+    int split_arrived, split_left, split_delivered;
     int color[MAXR], skey[MAXR];
+    netaddr sat[MAXR];   /* where each rank's process takes joins (its root) */
+    uint32_t spid[MAXR]; /* and its pid */
     uint64_t split_base;
     /* symmetric window registration rendezvous */
     long win_seq;
-    int win_arrived, win_left;
+    int win_arrived, win_left, win_delivered;
     struct clique* next;
 } clique;
 static clique* cliques;
@@ -192,15 +545,18 @@ typedef struct window {
 } window;
 typedef struct comm {
     unsigned magic;
-    clique* c;
+    clique* c;      /* NULL for a remote rank: its clique is at the hub */
+    uint64_t key;   /* the clique's key */
     int rank, nranks, dev;
     int ready;      /* joined its clique */
     ncclResult_t async;
+    ncclResult_t sticky; /* an asynchronous failure: async stays at it */
     long coll_seq, split_seq, win_seq;
     long send_seq[MAXR], recv_seq[MAXR];
     int pending;    /* work items not yet run */
     int aborted;    /* ncclCommAbort was called: waits on peers give up, as NCCL's abort flag makes them */
     int blocking;
+    uint64_t connected; /* ranks this communicator has connected to (lazily, at its first operations) */
     int cfg[32];    /* config ints by field index; INT_MIN when undefined */
     char* name;
     char* netname;
@@ -212,9 +568,36 @@ typedef struct comm {
     int64_t premul_i[32];
     const void* premul_ptr[32];
     window* windows;
+    /* a rank whose clique is in another process: its connection to the hub */
+    int remote, fd;
+    int io_busy, io_users, io_closing;
+    long ticket_next, ticket_serving; /* its work items talk to the hub in the order they were launched */
+    int proxy;      /* at the hub: stands for a rank of another process */
+    int host_fd;    /* rank 0 at NCCL_COMM_ID: the listening socket, until every rank has joined */
     struct comm* next_all;
 } comm;
 static comm* all_comms; /* every comm ever made, live or dead */
+
+static int is_aborted(comm* c) { return c && __atomic_load_n(&c->aborted, __ATOMIC_RELAXED); }
+
+/* Every thread the fake starts is named "fakenccl-...": tests count them. */
+static void name_thread(const char* name) { pthread_setname_np(pthread_self(), name); }
+
+/* set_async records a state (g held); an asynchronous failure stays. */
+static void set_async(comm* c, ncclResult_t r) { c->async = c->sticky ? c->sticky : r; }
+static void set_sticky(comm* c, ncclResult_t r) {
+    c->sticky = r;
+    c->async = r;
+}
+
+static uint64_t all_ranks(int n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
+
+/* runtime_connect is NCCL_RUNTIME_CONNECT: connections made at the first
+ * operation (default), or at init (0). */
+static int runtime_connect(void) {
+    const char* s = getenv("NCCL_RUNTIME_CONNECT");
+    return !(s && strcmp(s, "0") == 0);
+}
 
 /* live checks a comm argument: NULL and unknown pointers are argument errors;
  * a destroyed communicator is a use-after-free that real NCCL would not survive,
@@ -275,6 +658,7 @@ static comm* new_comm(int dev) {
     c->magic = COMM_MAGIC;
     c->dev = dev;
     c->blocking = 1;
+    c->fd = c->host_fd = -1;
     for (int i = 0; i < 32; i++) c->cfg[i] = INT_MIN;
     pthread_mutex_lock(&g);
     c->next_all = all_comms;
@@ -336,6 +720,17 @@ API int fakenccl_live_comms(void) {
     return n;
 }
 
+/* ready_now marks c joined (g held). */
+static void ready_now(comm* c) {
+    c->ready = 1;
+    if (!c->proxy && !runtime_connect()) { /* NCCL_RUNTIME_CONNECT=0: connected at init */
+        c->connected = all_ranks(c->nranks);
+        if (c->c) c->c->started |= 1ull << c->rank;
+    }
+    if (c->async == ncclInProgress) set_async(c, ncclSuccess);
+    pthread_cond_broadcast(&gc);
+}
+
 /* join adds c as rank of the clique of key and waits for the others. */
 static ncclResult_t join(comm* c, uint64_t key, int nranks, int rank, const char* fn) {
     pthread_mutex_lock(&g);
@@ -358,44 +753,281 @@ static ncclResult_t join(comm* c, uint64_t key, int nranks, int rank, const char
     }
     q->comm[rank] = c;
     c->c = q;
+    c->key = key;
     c->rank = rank;
     c->nranks = nranks;
     q->joined++;
+    q->nproxies += c->proxy;
     pthread_cond_broadcast(&gc);
-    while (q->joined < nranks && !c->aborted) pthread_cond_wait(&gc, &g);
+    /* The hub's own ranks return once the remote ranks were told too: this
+     * process may exit next, and they are served from here. */
+    while ((q->joined < nranks || (!c->proxy && q->join_delivered < q->nproxies)) && !c->aborted) pthread_cond_wait(&gc, &g);
     if (c->aborted) { /* ncclCommAbort during a non-blocking init: the bootstrap gives up */
         pthread_mutex_unlock(&g);
         return ncclInternalError;
     }
-    c->ready = 1;
-    if (c->async == ncclInProgress) c->async = ncclSuccess;
-    pthread_cond_broadcast(&gc);
+    ready_now(c);
     pthread_mutex_unlock(&g);
     return ncclSuccess;
 }
 
+/* ---- a rank of another process's clique: its side of the connection ---- */
+
+/* wait_abort models a peer that died: nothing is detected, the wait goes on
+ * until the communicator is aborted. */
+static int wait_abort(comm* c, comm* also) {
+    pthread_mutex_lock(&g);
+    while (!c->aborted && !(also && also->aborted)) pthread_cond_wait(&gc, &g);
+    pthread_mutex_unlock(&g);
+    return -1;
+}
+
+/* io_acquire takes c's connection for one request and its reply: -1 if c (or
+ * also) is aborted first. */
+static int io_acquire(comm* c, comm* also) {
+    pthread_mutex_lock(&g);
+    while (c->io_busy && !c->aborted && !(also && also->aborted)) pthread_cond_wait(&gc, &g);
+    if (c->aborted || (also && also->aborted) || c->fd < 0) {
+        pthread_mutex_unlock(&g);
+        return -1;
+    }
+    c->io_busy = 1;
+    c->io_users++;
+    pthread_mutex_unlock(&g);
+    return 0;
+}
+
+/* io_release gives the connection back; the last user of a closed
+ * communicator's connection closes it. */
+static void io_release(comm* c) {
+    pthread_mutex_lock(&g);
+    c->io_busy = 0;
+    if (--c->io_users == 0 && c->io_closing && c->fd >= 0) {
+        close(c->fd);
+        c->fd = -1;
+    }
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+}
+
+/* recv_abortable reads n bytes: 0, -1 when c or also is aborted, -2 when the
+ * connection is lost. */
+static int recv_abortable(comm* c, comm* also, void* p, size_t n) {
+    char* b = p;
+    while (n) {
+        if (is_aborted(c) || is_aborted(also)) return -1;
+        struct pollfd pf = {c->fd, POLLIN, 0};
+        int k = poll(&pf, 1, 50);
+        if (k < 0 && errno != EINTR) return -2;
+        if (k <= 0) continue;
+        ssize_t m = recv(c->fd, b, n, MSG_DONTWAIT);
+        if (m < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (m <= 0) return -2;
+        b += m;
+        n -= (size_t)m;
+    }
+    return 0;
+}
+
+/* rpc_send sends a request on c's connection, taking it until rpc_recv. */
+static int rpc_send(comm* c, comm* also, wbuf* req) {
+    if (io_acquire(c, also)) return -1;
+    if (wb_send(c->fd, req)) {
+        wait_abort(c, also); /* the hub is gone: wait, as NCCL would, until aborted */
+        io_release(c);
+        return -1;
+    }
+    return 0;
+}
+
+/* rpc_recv reads the reply (its payload malloc'd into *out), printing the
+ * hub's notes on the way; -1 once c or also is aborted. */
+static int rpc_recv(comm* c, comm* also, char** out, rbuf* r) {
+    int st;
+    for (;;) {
+        hdr h;
+        if ((st = recv_abortable(c, also, &h, sizeof h))) break;
+        char* p = malloc(h.len + 1);
+        if ((st = recv_abortable(c, also, p, h.len))) {
+            free(p);
+            break;
+        }
+        if (h.type == M_NOTE) {
+            p[h.len] = 0;
+            fprintf(stderr, "%s\n", p);
+            free(p);
+            continue;
+        }
+        *out = p;
+        *r = (rbuf){p, h.len, 0, 0};
+        io_release(c);
+        return 0;
+    }
+    if (st == -2) wait_abort(c, also);
+    io_release(c);
+    return -1;
+}
+
+static int rpc(comm* c, comm* also, wbuf* req, char** out, rbuf* r) {
+    if (rpc_send(c, also, req)) return -1;
+    return rpc_recv(c, also, out, r);
+}
+
+/* remote_join connects to the hub at a, retrying as NCCL's bootstrap does
+ * until it can or c is aborted, and joins the clique of key there. */
+static ncclResult_t remote_join(comm* c, comm* also, const netaddr* a, uint64_t key, int nranks, int rank, const char* fn) {
+    int fd;
+    for (;;) {
+        if (is_aborted(c) || is_aborted(also) || __atomic_load_n(&c->io_closing, __ATOMIC_RELAXED)) return ncclInternalError;
+        if ((fd = connect_to(a)) >= 0) break;
+        usleep(50000);
+    }
+    pthread_mutex_lock(&g);
+    if (c->aborted || c->io_closing) {
+        pthread_mutex_unlock(&g);
+        close(fd);
+        return ncclInternalError;
+    }
+    c->fd = fd;
+    c->remote = 1;
+    c->key = key;
+    c->rank = rank;
+    c->nranks = nranks;
+    pthread_mutex_unlock(&g);
+    wbuf b = {0};
+    wb_start(&b, M_JOIN);
+    wb_u64(&b, key);
+    wb_i32(&b, nranks);
+    wb_i32(&b, rank);
+    wb_i32(&b, !runtime_connect()); /* NCCL_RUNTIME_CONNECT=0: it connects at init */
+    char* p = NULL;
+    rbuf r;
+    int st = rpc(c, also, &b, &p, &r);
+    free(b.p);
+    if (st) return ncclInternalError;
+    ncclResult_t res = rb_i32(&r);
+    char text[1024];
+    rb_str(&r, text, sizeof text);
+    free(p);
+    if (res) return fail(res, "%s", text);
+    pthread_mutex_lock(&g);
+    ready_now(c);
+    pthread_mutex_unlock(&g);
+    return ncclSuccess;
+}
+
+/* Where a rank's clique is: in this process, hosted by this rank (rank 0 of
+ * an NCCL_COMM_ID id: it listens there), or at another process's hub. */
+enum { LOCAL, HOST, REMOTE };
+
+static ncclResult_t join_at(comm* c, const idinfo* d, int where, int nranks, int rank, const char* fn) {
+    if (where == REMOTE) return remote_join(c, NULL, &d->at, d->key, nranks, rank, fn);
+    return join(c, d->key, nranks, rank, fn);
+}
+
 typedef struct joiner {
     comm* c;
-    uint64_t key;
-    int nranks, rank;
+    idinfo d;
+    int where, nranks, rank;
 } joiner;
 
 static void* join_later(void* p) {
+    name_thread("fakenccl-join");
     joiner* j = p;
-    join(j->c, j->key, j->nranks, j->rank, "ncclCommInitRankConfig");
+    ncclResult_t r = join_at(j->c, &j->d, j->where, j->nranks, j->rank, "ncclCommInitRankConfig");
+    pthread_mutex_lock(&g);
+    if (r && !j->c->aborted && j->c->async == ncclInProgress) set_async(j->c, r); /* the init failed: its state says so */
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
     free(j);
     return NULL;
+}
+
+static void start_conn(int fd);
+
+typedef struct host {
+    int fd;
+    clique* q;
+    comm* c;
+} host;
+
+/* host_accept serves NCCL_COMM_ID's address for one clique until all its ranks
+ * have joined (or rank 0's init was given up), then closes it, as NCCL's root
+ * does; the connections it accepted stay served. */
+static void* host_accept(void* p) {
+    name_thread("fakenccl-host");
+    host* h = p;
+    for (;;) {
+        pthread_mutex_lock(&g);
+        int done = h->q->joined >= h->q->nranks || h->c->aborted || h->c->magic == DEAD_MAGIC;
+        if (done) { /* closed under the lock: release() may shut it down meanwhile */
+            h->q->hosting = 0;
+            h->c->host_fd = -1;
+            close(h->fd);
+        }
+        pthread_mutex_unlock(&g);
+        if (done) break;
+        struct pollfd pf = {h->fd, POLLIN, 0};
+        if (poll(&pf, 1, 20) <= 0) continue;
+        int fd = accept4(h->fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0) start_conn(fd);
+    }
+    free(h);
+    return NULL;
+}
+
+/* host_start makes the clique rank 0 hosts at NCCL_COMM_ID's address (a clique
+ * of an earlier job at that address is left to its communicators) and serves
+ * the listening socket lfd for it. */
+static void host_start(int lfd, uint64_t key, int nranks, comm* c) {
+    clique* q = calloc(1, sizeof *q);
+    q->key = key;
+    q->nranks = nranks;
+    q->hosting = 1;
+    pthread_mutex_lock(&g);
+    for (clique** pq = &cliques; *pq;)
+        if ((*pq)->key == key) *pq = (*pq)->next;
+        else pq = &(*pq)->next;
+    q->next = cliques;
+    cliques = q;
+    pthread_mutex_unlock(&g);
+    host* h = malloc(sizeof *h);
+    *h = (host){lfd, q, c};
+    c->host_fd = lfd;
+    pthread_t th;
+    pthread_create(&th, NULL, host_accept, h);
+    pthread_detach(th);
+}
+
+/* hosted says whether a clique of key is being hosted in this process. */
+static int hosted(uint64_t key) {
+    pthread_mutex_lock(&g);
+    clique* q = cliques;
+    while (q && !(q->key == key && q->hosting)) q = q->next;
+    pthread_mutex_unlock(&g);
+    return q != NULL;
 }
 
 static ncclResult_t init_rank(comm** out, int nranks, const ncclUniqueId* id, int rank, const void* cfg, const char* fn) {
     if (!out) return fail(ncclInvalidArgument, "%s: comm is NULL", fn);
     if (nranks < 1 || nranks > MAXR) return fail(ncclInvalidArgument, "%s: invalid nranks %d", fn, nranks);
     if (rank < 0 || rank >= nranks) return fail(ncclInvalidArgument, "%s: rank %d out of range [0, %d)", fn, rank, nranks);
-    uint64_t key;
-    if (check_id(id, fn, &key)) return ncclInvalidArgument;
+    idinfo d;
+    if (check_id(id, fn, &d)) return ncclInvalidArgument;
+    int where = LOCAL, lfd = -1;
+    if (d.from_env) where = rank == 0 ? HOST : hosted(d.key) ? LOCAL : REMOTE;
+    else if (d.pid != (uint32_t)getpid()) where = REMOTE;
+    if (where == HOST) { /* as NCCL's rank 0: the rendezvous listens at NCCL_COMM_ID */
+        netaddr at = d.at;
+        if ((lfd = listen_on(&at)) < 0) return fail(ncclSystemError, "Call to bind failed: %s", strerror(errno));
+    }
     comm* c = new_comm(fakecuda_current_device());
     ncclResult_t r = read_config(c, cfg, fn);
-    if (r) return r;
+    if (r) {
+        if (lfd >= 0) close(lfd);
+        return r;
+    }
+    if (where == HOST) host_start(lfd, d.key, nranks, c);
     *out = c;
     if (!c->blocking || group_depth > 0) { /* in a group NCCL defers the init to ncclGroupEnd */
         c->async = ncclInProgress;
@@ -404,13 +1036,13 @@ static ncclResult_t init_rank(comm** out, int nranks, const ncclUniqueId* id, in
             group_inits[group_ninits++] = c;
         }
         joiner* j = malloc(sizeof *j);
-        *j = (joiner){c, key, nranks, rank};
+        *j = (joiner){c, d, where, nranks, rank};
         pthread_t th;
         pthread_create(&th, NULL, join_later, j);
         pthread_detach(th);
         return c->blocking ? ncclSuccess : ncclInProgress;
     }
-    return join(c, key, nranks, rank, fn);
+    return join_at(c, &d, where, nranks, rank, fn);
 }
 
 #ifndef FAKENCCL_BROKEN
@@ -427,7 +1059,7 @@ API ncclResult_t ncclCommInitAll(comm** comms, int ndev, const int* devlist) {
     if (!comms) return fail(ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
     if (ndev < 1 || ndev > MAXR) return fail(ncclInvalidArgument, "ncclCommInitAll: invalid ndev %d", ndev);
     pthread_mutex_lock(&g);
-    uint64_t key = xorshift(&next_key);
+    uint64_t key = new_key();
     pthread_mutex_unlock(&g);
     clique* q = calloc(1, sizeof *q);
     q->key = key;
@@ -435,9 +1067,12 @@ API ncclResult_t ncclCommInitAll(comm** comms, int ndev, const int* devlist) {
     for (int i = 0; i < ndev; i++) {
         comm* c = new_comm(devlist ? devlist[i] : i);
         c->c = q;
+        c->key = key;
         c->rank = i;
         c->nranks = ndev;
-        c->ready = 1;
+        pthread_mutex_lock(&g);
+        ready_now(c);
+        pthread_mutex_unlock(&g);
         q->comm[i] = comms[i] = c;
     }
     pthread_mutex_lock(&g);
@@ -453,10 +1088,23 @@ API ncclResult_t ncclCommInitRankScalable(comm** out, int nranks, int rank, int 
     return init_rank(out, nranks, &ids[0], rank, cfg, "ncclCommInitRankScalable");
 }
 
+/* split_done readies the split rendezvous for the next split once every rank
+ * has left it and every remote rank has its answer (g held). */
+static void split_done(clique* q) {
+    if (q->split_left == q->nranks && q->split_delivered == q->nproxies) {
+        q->split_arrived = q->split_left = q->split_delivered = 0;
+        q->split_seq++;
+        pthread_cond_broadcast(&gc);
+    }
+}
+
 /* split_meet is ncclCommSplit's rendezvous over the parent's clique: it
  * returns the new communicator's size, this rank's place in it and its key, or
- * -1 if nc was aborted meanwhile. */
-static int split_meet(comm* c, comm* nc, int color, int key, int* me, uint64_t* newkey) {
+ * -1 if nc was aborted meanwhile. Each rank brings where its process takes
+ * joins (mine, pid); the new clique lives in the process of its new rank 0,
+ * as NCCL bootstraps a split from the new root: *host, *hpid. */
+static int split_meet(comm* c, comm* nc, int color, int key, const netaddr* mine, uint32_t pid, int* me,
+                      uint64_t* newkey, netaddr* host, uint32_t* hpid) {
     clique* q = c->c;
     int n = c->nranks;
     pthread_mutex_lock(&g);
@@ -466,9 +1114,11 @@ static int split_meet(comm* c, comm* nc, int color, int key, int* me, uint64_t* 
         pthread_mutex_unlock(&g);
         return -1;
     }
-    if (q->split_arrived == 0) q->split_base = xorshift(&next_key);
+    if (q->split_arrived == 0) q->split_base = new_key();
     q->color[c->rank] = color;
     q->skey[c->rank] = key;
+    q->sat[c->rank] = *mine;
+    q->spid[c->rank] = pid;
     q->split_arrived++;
     pthread_cond_broadcast(&gc);
     while (q->split_arrived < n && !(nc && nc->aborted)) pthread_cond_wait(&gc, &g);
@@ -476,21 +1126,63 @@ static int split_meet(comm* c, comm* nc, int color, int key, int* me, uint64_t* 
         pthread_mutex_unlock(&g);
         return -1;
     }
-    int size = 0;
+    int size = 0, root = -1;
     *me = 0;
     for (int i = 0; i < n; i++) {
         if (q->color[i] != color) continue;
         size++;
         if (q->skey[i] < key || (q->skey[i] == key && i < c->rank)) (*me)++;
+        if (root < 0 || q->skey[i] < q->skey[root]) root = i;
     }
+    *host = q->sat[root];
+    *hpid = q->spid[root];
     *newkey = q->split_base ^ ((uint64_t)(unsigned)color * 0x100000001b3ull);
-    if (++q->split_left == n) { /* the last one out resets for the next split */
-        q->split_arrived = q->split_left = 0;
-        q->split_seq++;
-        pthread_cond_broadcast(&gc);
-    }
+    q->split_left++;
+    if (!c->proxy) /* the hub's own ranks: once the remote ranks have their answer (this process may exit next) */
+        while (q->split_seq == seq && q->split_delivered < q->nproxies && !(nc && nc->aborted)) pthread_cond_wait(&gc, &g);
+    split_done(q);
     pthread_mutex_unlock(&g);
     return size;
+}
+
+/* split_any is split_meet for any parent (a remote rank's parent meets at its
+ * hub): *at is where the new clique is, *remote whether that is another
+ * process. A rank whose clique has ranks in other processes brings its
+ * process's root, where they may have to join. */
+static int split_any(comm* c, comm* nc, int color, int key, int* me, uint64_t* newkey, netaddr* at, int* remote) {
+    netaddr mine;
+    memset(&mine, 0, sizeof mine);
+    uint32_t pid = (uint32_t)getpid(), hpid = pid;
+    if (color != -1 && (c->remote || c->c->nproxies) && ensure_root(&mine)) return -1;
+    int size;
+    if (!c->remote) size = split_meet(c, nc, color, key, &mine, pid, me, newkey, at, &hpid);
+    else {
+        wbuf b = {0};
+        wb_start(&b, M_SPLIT);
+        wb_i32(&b, color);
+        wb_i32(&b, key);
+        wb_addr(&b, &mine);
+        wb_i32(&b, (int32_t)pid);
+        char* p = NULL;
+        rbuf r;
+        int st = rpc(c, nc, &b, &p, &r);
+        free(b.p);
+        if (st) return -1;
+        size = rb_i32(&r);
+        *me = rb_i32(&r);
+        *newkey = rb_u64(&r);
+        rb_addr(&r, at);
+        hpid = (uint32_t)rb_i32(&r);
+        free(p);
+        if (r.bad) return -1;
+    }
+    *remote = hpid != pid;
+    return size;
+}
+
+static ncclResult_t split_join(comm* nc, comm* parent, int remote, const netaddr* at, uint64_t newkey, int size, int me) {
+    if (remote) return remote_join(nc, parent, at, newkey, size, me, "ncclCommSplit");
+    return join(nc, newkey, size, me, "ncclCommSplit");
 }
 
 typedef struct splitter {
@@ -501,14 +1193,16 @@ typedef struct splitter {
 /* split_later runs a non-blocking split. As NCCL, it writes the new handle
  * only when done, and the parent stays in progress until then. */
 static void* split_later(void* p) {
+    name_thread("fakenccl-split");
     splitter* sp = p;
-    int me;
+    int me, remote;
     uint64_t newkey;
-    int size = split_meet(sp->parent, sp->nc, sp->color, sp->key, &me, &newkey);
-    ncclResult_t r = size > 0 ? join(sp->nc, newkey, size, me, "ncclCommSplit") : ncclInternalError;
+    netaddr at;
+    int size = split_any(sp->parent, sp->nc, sp->color, sp->key, &me, &newkey, &at, &remote);
+    ncclResult_t r = size > 0 ? split_join(sp->nc, sp->parent, remote, &at, newkey, size, me) : ncclInternalError;
     pthread_mutex_lock(&g);
     if (r == ncclSuccess) *sp->out = sp->nc;
-    sp->parent->async = r == ncclSuccess || sp->parent->aborted ? ncclSuccess : r;
+    set_async(sp->parent, r == ncclSuccess || sp->parent->aborted ? ncclSuccess : r);
     pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
     free(sp);
@@ -519,10 +1213,11 @@ API ncclResult_t ncclCommSplit(comm* c, int color, int key, comm** out, const vo
     ncclResult_t r = live(c, "ncclCommSplit");
     if (r) return r;
     if (!out) return fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
+    int me, remote;
+    uint64_t newkey;
+    netaddr at;
     if (color == -1) {
-        int me;
-        uint64_t newkey;
-        split_meet(c, NULL, color, key, &me, &newkey);
+        split_any(c, NULL, color, key, &me, &newkey, &at, &remote);
         *out = NULL;
         return ncclSuccess;
     }
@@ -532,7 +1227,7 @@ API ncclResult_t ncclCommSplit(comm* c, int color, int key, comm** out, const vo
         *out = NULL;
         nc->async = ncclInProgress;
         pthread_mutex_lock(&g);
-        c->async = ncclInProgress;
+        set_async(c, ncclInProgress);
         pthread_mutex_unlock(&g);
         splitter* sp = malloc(sizeof *sp);
         *sp = (splitter){c, nc, out, color, key};
@@ -542,24 +1237,37 @@ API ncclResult_t ncclCommSplit(comm* c, int color, int key, comm** out, const vo
         return ncclInProgress;
     }
     *out = nc;
-    int me;
-    uint64_t newkey;
-    int size = split_meet(c, NULL, color, key, &me, &newkey);
-    return join(nc, newkey, size, me, "ncclCommSplit");
+    int size = split_any(c, NULL, color, key, &me, &newkey, &at, &remote);
+    if (size < 1) return fail(ncclInternalError, "ncclCommSplit: the split was given up");
+    return split_join(nc, c, remote, &at, newkey, size, me);
 }
 #endif
 
+static int inflight; /* requests of remote ranks this process is serving (g) */
+
+/* wait_idle waits for c's work to finish. At a hub, it then lets the remote
+ * ranks' last answers go out (up to 2 s, for a rank still blocked on others):
+ * a receive here may have completed a remote rank's send before its answer
+ * left, and this process may exit next. */
 static void wait_idle(comm* c) {
     pthread_mutex_lock(&g);
     while (c->pending) pthread_cond_wait(&gc, &g);
+    if (c->c && c->c->nproxies && inflight) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 2;
+        while (inflight && pthread_cond_timedwait(&gc, &g, &dl) != ETIMEDOUT) {
+        }
+    }
     pthread_mutex_unlock(&g);
 }
 
 static void* finalize_later(void* p) {
+    name_thread("fakenccl-final");
     comm* c = p;
     wait_idle(c);
     pthread_mutex_lock(&g);
-    c->async = ncclSuccess;
+    set_async(c, ncclSuccess);
     pthread_mutex_unlock(&g);
     return NULL;
 }
@@ -586,6 +1294,17 @@ static ncclResult_t release(comm* c, const char* fn, int wait) {
     pthread_mutex_lock(&g);
     if (!wait) c->aborted = 1;
     c->magic = DEAD_MAGIC; /* kept allocated: work in flight may still read it */
+    if (c->host_fd >= 0) shutdown(c->host_fd, SHUT_RDWR); /* an init given up: its address takes no one more */
+    /* A remote rank's connection closes: its hub marks the rank's proxy
+     * aborted. Whoever still uses the connection closes it last. */
+    c->io_closing = 1;
+    if (c->fd >= 0) {
+        shutdown(c->fd, SHUT_RDWR);
+        if (c->io_users == 0) {
+            close(c->fd);
+            c->fd = -1;
+        }
+    }
     pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
     return ncclSuccess;
@@ -764,9 +1483,14 @@ static val combine(int t, int op, val a, val b) {
     return wrap(t, a);
 }
 
+
 /* ---- operations ---- */
 
 enum { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kGather, kScatter, kSend, kRecv, kAlltoAllv };
+static const char* kind_names[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AlltoAll",
+                                   "Gather", "Scatter", "Send", "Recv", "AlltoAllv"};
+static const char* type_names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
+                                   "float64", "bfloat16", "float8e4m3", "float8e5m2"};
 
 typedef struct task {
     int kind, type, op, root, peer;
@@ -775,6 +1499,9 @@ typedef struct task {
     size_t count;
     comm* c;
     long seq;
+    long ticket; /* a remote rank's work item: its turn on the connection */
+    int overlap; /* send and recv overlap (a remote rank's in-place AlltoAll) */
+    int owed;    /* at the hub: a proxy's result is owed to its remote rank */
     void* stream;
     /* PreMulSum scalar, resolved at launch */
     int premul_res;
@@ -844,7 +1571,8 @@ static void compute(task** all, int n, task* me, char* out) {
          * peers' blocks are overwritten while they are read (seen on H200
          * with 2.28.3). The fake makes that visible: the peers' blocks of an
          * in-place exchange come back as garbage. */
-        if ((const char*)me->send < (const char*)me->recv + n * cnt * sz && (const char*)me->recv < (const char*)me->send + n * cnt * sz)
+        if (me->overlap || ((const char*)me->send < (const char*)me->recv + n * cnt * sz &&
+                            (const char*)me->recv < (const char*)me->send + n * cnt * sz))
             for (int p = 0; p < n; p++)
                 if (p != r) memset(out + p * cnt * sz, 0xA5, cnt * sz);
         break;
@@ -876,10 +1604,91 @@ static size_t out_bytes(task* me) {
     return me->count * sz;
 }
 
+/* in_bytes is how much of send the collective reads from this rank. */
+static size_t in_bytes(task* me) {
+    int n = me->c->nranks, sz = type_size(me->type), root = me->c->rank == me->root;
+    switch (me->kind) {
+    case kReduceScatter: case kAlltoAll: return me->count * n * sz;
+    case kBroadcast: return root ? me->count * sz : 0;
+    case kScatter: return root ? me->count * n * sz : 0;
+    case kAlltoAllv: {
+        size_t end = 0, *sc = me->a2av, *sd = me->a2av + n * n;
+        for (int j = 0; j < n; j++) {
+            size_t e = sd[me->c->rank * n + j] + sc[me->c->rank * n + j];
+            if (sc[me->c->rank * n + j] && e > end) end = e;
+        }
+        return end * sz;
+    }
+    }
+    return me->count * sz;
+}
+
+/* receives: whether this rank's recv gets a result. */
+static int receives(task* me) { return !((me->kind == kReduce || me->kind == kGather) && me->c->rank != me->root); }
+
+static int is_reduction(int kind) { return kind == kAllReduce || kind == kReduce || kind == kReduceScatter; }
+static int is_rooted(int kind) { return kind == kBroadcast || kind == kReduce || kind == kGather || kind == kScatter; }
+static int op_class(int op) { return op >= opPreMul ? opPreMul : op; }
+
+static void describe(task* t, char* out, size_t n) {
+    static const char* ops[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+    int k = snprintf(out, n, "%s(", kind_names[t->kind]);
+    if (t->kind != kAlltoAllv) k += snprintf(out + k, n - k, "count %zu, ", t->count);
+    k += snprintf(out + k, n - k, "%s", t->type >= 0 && t->type < 12 ? type_names[t->type] : "?");
+    if (is_reduction(t->kind)) k += snprintf(out + k, n - k, ", %s", ops[op_class(t->op)]);
+    if (is_rooted(t->kind)) k += snprintf(out + k, n - k, ", root %d", t->root);
+    snprintf(out + k, n - k, ")");
+}
+
+/* same_call says whether two ranks' calls of one collective agree. */
+static int same_call(task* a, task* b) {
+    if (a->kind != b->kind || a->type != b->type) return 0;
+    if (a->kind != kAlltoAllv && a->count != b->count) return 0;
+    if (is_reduction(a->kind) && op_class(a->op) != op_class(b->op)) return 0;
+    if (is_rooted(a->kind) && a->root != b->root) return 0;
+    return 1;
+}
+
+/* check_calls compares every rank's call with rank 0's (g held). */
+static void check_calls(slot* s, int n) {
+    s->checked = 1;
+    for (int r = 1; r < n; r++)
+        if (!same_call(s->task[0], s->task[r])) {
+            char a[150], b[150];
+            describe(s->task[0], a, sizeof a);
+            describe(s->task[r], b, sizeof b);
+            snprintf(s->why, sizeof s->why, "fakenccl: collective #%ld mismatch: rank 0 called %s but rank %d called %s",
+                     s->seq + 1, a, r, b);
+            s->bad = 1;
+            return;
+        }
+}
+
+/* mismatch makes a collective's mismatch loud on c: its async error, the last
+ * error, and stderr once per collective in this process. */
+static void mismatch(comm* c, long seq, const char* why) {
+    static uint64_t printed_key;
+    static long printed_seq = -1;
+    pthread_mutex_lock(&g);
+    set_sticky(c, ncclInvalidUsage);
+    pthread_mutex_unlock(&g);
+    if (c->proxy) return; /* its own process says it */
+    fail(ncclInvalidUsage, "%s", why);
+    pthread_mutex_lock(&errmu);
+    if (printed_key != c->key || printed_seq != seq) {
+        printed_key = c->key;
+        printed_seq = seq;
+        fprintf(stderr, "%s\n", why);
+    }
+    pthread_mutex_unlock(&errmu);
+}
+
 /* run_collective meets the other ranks' tasks of the same sequence number,
- * computes into a private buffer once all inputs are there, and writes it out
- * only when every rank has finished reading: in-place forms stay correct. */
-static void run_collective(task* me) {
+ * checks that they all called the same collective, computes into a private
+ * buffer once all inputs are there, and writes it out only when every rank
+ * has finished reading: in-place forms stay correct. It returns
+ * ncclInvalidUsage when the calls differ (nothing moved; why says how). */
+static ncclResult_t run_collective(task* me, char* why, size_t whylen) {
     clique* q = me->c->c;
     int n = me->c->nranks;
     pthread_mutex_lock(&g);
@@ -887,7 +1696,7 @@ static void run_collective(task* me) {
     while (s->busy && s->seq != me->seq && !me->c->aborted) pthread_cond_wait(&gc, &g);
     if (me->c->aborted) {
         pthread_mutex_unlock(&g);
-        return;
+        return ncclSuccess;
     }
     if (!s->busy) {
         memset(s, 0, sizeof *s);
@@ -898,12 +1707,14 @@ static void run_collective(task* me) {
     s->arrived++;
     pthread_cond_broadcast(&gc);
     while (s->arrived < n && !me->c->aborted) pthread_cond_wait(&gc, &g);
+    if (!me->c->aborted && !s->checked) check_calls(s, n);
+    int bad = s->bad;
+    if (bad) snprintf(why, whylen, "%s", s->why);
     pthread_mutex_unlock(&g);
-    if (me->c->aborted) return; /* the kernel quits on NCCL's abort flag */
+    if (me->c->aborted) return ncclSuccess; /* the kernel quits on NCCL's abort flag */
 
-    int receives = !((me->kind == kReduce || me->kind == kGather) && me->c->rank != me->root);
     size_t bytes = out_bytes(me);
-    char* out = receives ? malloc(bytes ? bytes : 1) : NULL;
+    char* out = receives(me) && !bad ? malloc(bytes ? bytes : 1) : NULL;
     if (out && me->kind == kAlltoAllv) memcpy(out, me->recv, bytes);
     if (out) compute(s->task, n, me, out);
 
@@ -914,19 +1725,26 @@ static void run_collective(task* me) {
     pthread_mutex_unlock(&g);
     if (me->c->aborted) {
         free(out);
-        return;
+        return ncclSuccess;
     }
     if (out) memcpy(me->recv, out, bytes);
     free(out);
     pthread_mutex_lock(&g);
-    if (++s->left == n) s->busy = 0;
+    s->left++;
+    if (me->c->proxy) me->owed = 1; /* collective_delivered, once its remote rank has it */
+    else /* the hub's own ranks end after the remote ranks have their results: the process may exit next */
+        while (s->busy && s->seq == me->seq && s->delivered < q->nproxies && !me->c->aborted) pthread_cond_wait(&gc, &g);
+    if (s->busy && s->seq == me->seq && s->left == n && s->delivered == q->nproxies) s->busy = 0;
     pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
+    if (bad) mismatch(me->c, me->seq, why);
+    return bad ? ncclInvalidUsage : ncclSuccess;
 }
 
 /* run_p2p posts every send of a batch, performs its receives, then waits until
  * its sends were taken: any matched pattern completes, as NCCL groups do. */
-static void run_p2p(task* batch) {
+static ncclResult_t run_p2p(task* batch) {
+    ncclResult_t res = ncclSuccess;
     pthread_mutex_lock(&g);
     for (task* t = batch; t; t = t->next) {
         if (t->kind != kSend) continue;
@@ -948,11 +1766,13 @@ static void run_p2p(task* batch) {
         if (!m) continue; /* aborted */
         size_t want = t->count * type_size(t->type);
         if (m->bytes != want) {
-            t->c->async = ncclInvalidUsage;
-            fail(ncclInvalidUsage, "ncclRecv: peer %d sent %zu bytes, %zu expected", t->peer, m->bytes, want);
+            set_sticky(t->c, ncclInvalidUsage);
+            res = fail(ncclInvalidUsage, "ncclRecv: peer %d sent %zu bytes, %zu expected", t->peer, m->bytes, want);
         }
         memcpy(t->recv, m->buf, m->bytes < want ? m->bytes : want);
-        m->taken = 1;
+        /* At the hub, a sender of this process ends only once the remote rank
+         * has the bytes (taken 1, after_p2p): this process may exit next. */
+        m->taken = t->c->proxy ? 2 : 1;
         pthread_cond_broadcast(&gc);
     }
     for (task* t = batch; t; t = t->next) {
@@ -961,7 +1781,7 @@ static void run_p2p(task* batch) {
         for (;;) {
             msg** pm = &q->mail;
             while (*pm && !((*pm)->src == t->c->rank && (*pm)->dst == t->peer && (*pm)->seq == t->seq)) pm = &(*pm)->next;
-            if (*pm && (*pm)->taken) {
+            if (*pm && ((*pm)->taken == 1 || ((*pm)->taken && t->c->proxy))) {
                 msg* m = *pm;
                 *pm = m->next;
                 free(m);
@@ -972,13 +1792,105 @@ static void run_p2p(task* batch) {
         }
     }
     pthread_mutex_unlock(&g);
+    return res;
+}
+
+/* ---- a remote rank's operations: its hub runs them on its proxy ---- */
+
+/* remote_collective sends this rank's call and input to the hub and writes
+ * the result the hub computed into recv. */
+static void remote_collective(task* t) {
+    comm* c = t->c;
+    int n = c->nranks;
+    size_t sb = in_bytes(t), rb = out_bytes(t);
+    wbuf b = {0};
+    wb_start(&b, M_COLL);
+    wb_i64(&b, t->seq);
+    wb_i32(&b, t->kind);
+    wb_i32(&b, t->type);
+    wb_i32(&b, op_class(t->op));
+    wb_i32(&b, t->root);
+    wb_u64(&b, t->count);
+    val s = {0};
+    if (is_reduction(t->kind) && t->op >= opPreMul) s = scalar_of(t); /* a device scalar is read now, as the kernel would */
+    wb_put(&b, &s, 8);
+    int overlap = sb && rb && (const char*)t->send < (const char*)t->recv + rb && (const char*)t->recv < (const char*)t->send + sb;
+    wb_i32(&b, overlap);
+    if (t->kind == kAlltoAllv)
+        for (int i = 0; i < 4 * n * n; i++) wb_u64(&b, t->a2av[i]);
+    wb_u64(&b, sb);
+    wb_put(&b, t->send, sb);
+    size_t cur = t->kind == kAlltoAllv ? rb : 0; /* what alltoallv leaves untouched stays */
+    wb_u64(&b, cur);
+    wb_put(&b, t->recv, cur);
+    char* p = NULL;
+    rbuf r;
+    int st = rpc(c, NULL, &b, &p, &r);
+    free(b.p);
+    if (st) return; /* aborted */
+    ncclResult_t res = rb_i32(&r);
+    char why[1024];
+    rb_str(&r, why, sizeof why);
+    size_t got = rb_u64(&r);
+    const char* bytes = rb_take(&r, got);
+    if (res == ncclInvalidUsage) mismatch(c, t->seq, why);
+    else if (bytes && got <= rb && receives(t)) memcpy(t->recv, bytes, got);
+    free(p);
+}
+
+/* remote_p2p sends a batch's sends with their bytes and its receives' sizes;
+ * the hub answers with the received bytes once its proxy's batch is done. */
+static void remote_p2p(task* batch) {
+    comm* c = batch->c;
+    int nt = 0;
+    for (task* t = batch; t; t = t->next) nt++;
+    wbuf b = {0};
+    wb_start(&b, M_P2P);
+    wb_i32(&b, nt);
+    for (task* t = batch; t; t = t->next) {
+        wb_i32(&b, t->kind);
+        wb_i32(&b, t->type);
+        wb_i32(&b, t->peer);
+        wb_i64(&b, t->seq);
+        wb_u64(&b, t->count);
+    }
+    for (task* t = batch; t; t = t->next)
+        if (t->kind == kSend) wb_put(&b, t->send, t->count * type_size(t->type));
+    char* p = NULL;
+    rbuf r;
+    int st = rpc(c, NULL, &b, &p, &r);
+    free(b.p);
+    if (st) return;
+    ncclResult_t res = rb_i32(&r);
+    char why[1024];
+    rb_str(&r, why, sizeof why);
+    for (task* t = batch; t; t = t->next) {
+        if (t->kind != kRecv) continue;
+        size_t k = t->count * type_size(t->type);
+        const char* bytes = rb_take(&r, k);
+        if (bytes) memcpy(t->recv, bytes, k);
+    }
+    if (res) {
+        pthread_mutex_lock(&g);
+        set_sticky(c, res);
+        pthread_mutex_unlock(&g);
+        fail(res, "%s", why);
+    }
+    free(p);
 }
 
 /* A work item: one (comm, stream)'s tasks of one group, in order. */
 static void run_item(void* p) {
     task* list = p;
     comm* c = list->c;
+    long ticket = list->ticket;
+    if (c->remote) { /* its turn on the connection: launch order, as NCCL runs a communicator's work */
+        pthread_mutex_lock(&g);
+        while (c->ticket_serving != ticket && !c->aborted) pthread_cond_wait(&gc, &g);
+        pthread_mutex_unlock(&g);
+    }
     task *p2p = NULL, **tail = &p2p;
+    char why[480];
     for (task* t = list; t;) {
         task* next = t->next;
         if (t->kind == kSend || t->kind == kRecv) {
@@ -986,19 +1898,22 @@ static void run_item(void* p) {
             *tail = t;
             tail = &t->next;
         } else {
-            run_collective(t);
+            if (!c->remote) run_collective(t, why, sizeof why);
+            else if (!is_aborted(c)) remote_collective(t);
             free(t->a2av);
             free(t);
         }
         t = next;
     }
-    if (p2p) run_p2p(p2p);
+    if (p2p && !c->remote) run_p2p(p2p);
+    else if (p2p && !is_aborted(c)) remote_p2p(p2p);
     while (p2p) {
         task* next = p2p->next;
         free(p2p);
         p2p = next;
     }
     pthread_mutex_lock(&g);
+    if (c->remote && c->ticket_serving == ticket) c->ticket_serving++;
     c->pending--;
     pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
@@ -1026,8 +1941,129 @@ static void free_tasks(task* list) {
     }
 }
 
-/* launch numbers the tasks and hands each (comm, stream) its work item. */
-static ncclResult_t launch(task* list) {
+/* ---- lazy connection: a communicator's first operations connect it to the ranks they need ---- */
+
+static long warn_ms(void) {
+    const char* s = getenv("FAKENCCL_CONNECT_WARN_MS");
+    return s && *s ? atol(s) : 10000;
+}
+
+/* missing is the lowest rank of need that has not issued its first operation, or -1 (g held). */
+static int missing(clique* q, uint64_t need) {
+    uint64_t m = need & ~q->started;
+    return m ? __builtin_ctzll(m) : -1;
+}
+
+/* connect_wait waits (g held) until every rank of need has issued its first
+ * operation, or c is aborted (-1). Past the warning time it says once why it
+ * waits: on stderr, or in a note to the remote rank c stands for (note_fd). */
+static int connect_wait(comm* c, uint64_t need, const char* fn, int note_fd) {
+    clique* q = c->c;
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    long ms = warn_ms();
+    dl.tv_sec += ms / 1000;
+    dl.tv_nsec += ms % 1000 * 1000000;
+    if (dl.tv_nsec >= 1000000000) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000;
+    }
+    int warned = 0;
+    while (missing(q, need) >= 0 && !c->aborted) {
+        if (warned) {
+            pthread_cond_wait(&gc, &g);
+            continue;
+        }
+        if (pthread_cond_timedwait(&gc, &g, &dl) != ETIMEDOUT || missing(q, need) < 0 || c->aborted) continue;
+        warned = 1;
+        char text[400];
+        snprintf(text, sizeof text,
+                 "fakenccl: %s on rank %d waits for rank %d to connect: one thread driving several ranks of a "
+                 "communicator needs ncclGroupStart/ncclGroupEnd",
+                 fn, c->rank, missing(q, need));
+        pthread_mutex_unlock(&g);
+        if (note_fd >= 0) {
+            wbuf b = {0};
+            wb_start(&b, M_NOTE);
+            wb_put(&b, text, strlen(text));
+            wb_send(note_fd, &b);
+            free(b.p);
+        } else {
+            fprintf(stderr, "%s\n", text);
+        }
+        pthread_mutex_lock(&g);
+    }
+    return c->aborted ? -1 : 0;
+}
+
+/* connect_first makes the connections a launch's tasks still need, as NCCL
+ * 2.22+ does inside the first operations: a collective needs every rank, a
+ * send or receive its peer, and each must have issued its first operation
+ * too. Every communicator of the group counts as connecting before any of them
+ * waits, so one group covering several ranks connects them all. */
+static ncclResult_t connect_first(task* list, const char* fn) {
+    typedef struct {
+        comm* c;
+        uint64_t need;
+        int sent;
+    } want_t;
+    want_t* ws = NULL;
+    int n = 0, cap = 0;
+    pthread_mutex_lock(&g);
+    for (task* t = list; t; t = t->next) {
+        comm* c = t->c;
+        uint64_t w = t->kind == kSend || t->kind == kRecv ? 1ull << t->peer : all_ranks(c->nranks);
+        w &= ~(1ull << c->rank) & ~c->connected;
+        if (!w) continue;
+        int i = 0;
+        while (i < n && ws[i].c != c) i++;
+        if (i == n) {
+            if (n == cap) ws = realloc(ws, (cap = 2 * cap + 4) * sizeof *ws);
+            ws[n++] = (want_t){c, 0, 0};
+        }
+        ws[i].need |= w;
+    }
+    for (int i = 0; i < n; i++)
+        if (!ws[i].c->remote) ws[i].c->c->started |= 1ull << ws[i].c->rank;
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+    if (!n) return ncclSuccess;
+    for (int i = 0; i < n; i++) { /* a remote rank connects at its hub */
+        if (!ws[i].c->remote) continue;
+        wbuf b = {0};
+        wb_start(&b, M_CONNECT);
+        wb_u64(&b, ws[i].need);
+        wb_str(&b, fn);
+        ws[i].sent = rpc_send(ws[i].c, NULL, &b) == 0;
+        free(b.p);
+    }
+    int failed = 0;
+    pthread_mutex_lock(&g);
+    for (int i = 0; i < n; i++) {
+        if (ws[i].c->remote) continue;
+        if (connect_wait(ws[i].c, ws[i].need, fn, -1)) failed = 1;
+        else ws[i].c->connected |= ws[i].need;
+    }
+    pthread_mutex_unlock(&g);
+    for (int i = 0; i < n; i++) {
+        if (!ws[i].c->remote) continue;
+        char* p = NULL;
+        rbuf r;
+        if (!ws[i].sent || rpc_recv(ws[i].c, NULL, &p, &r) || rb_i32(&r)) failed = 1;
+        else {
+            pthread_mutex_lock(&g);
+            ws[i].c->connected |= ws[i].need;
+            pthread_mutex_unlock(&g);
+        }
+        free(p);
+    }
+    free(ws);
+    return failed ? fail(ncclInternalError, "%s: the communicator was aborted while connecting", fn) : ncclSuccess;
+}
+
+/* launch connects what needs it, numbers the tasks and hands each (comm,
+ * stream) its work item. */
+static ncclResult_t launch(task* list, const char* fn) {
     for (task* t = list; t; t = t->next) {
         if (t->kind != kAlltoAllv) continue;
         int n = t->c->nranks;
@@ -1036,6 +2072,11 @@ static ncclResult_t launch(task* list) {
             return fail(ncclInvalidUsage, "ncclAlltoAllv : count or displacement arrays changed before the group ended");
         }
         for (int k = 0; k < 4; k++) memcpy(t->a2av + k * n * n, t->a2av_user[k], n * n * sizeof(size_t));
+    }
+    ncclResult_t r = connect_first(list, fn);
+    if (r) {
+        free_tasks(list);
+        return r;
     }
     pthread_mutex_lock(&g);
     for (task* t = list; t; t = t->next) {
@@ -1060,10 +2101,12 @@ static ncclResult_t launch(task* list) {
         }
         pthread_mutex_lock(&g);
         c->pending++;
+        if (c->remote) item->ticket = c->ticket_next++;
         pthread_mutex_unlock(&g);
         if (fakecuda_stream_enqueue(st, c->dev, run_item, item)) {
             pthread_mutex_lock(&g);
             c->pending--;
+            if (c->remote) c->ticket_next--;
             pthread_mutex_unlock(&g);
             return fail(ncclUnhandledCudaError, "invalid stream %p", st);
         }
@@ -1085,6 +2128,7 @@ API ncclResult_t ncclGroupEnd(void) {
         free_tasks(list);
         return fail(err, "ncclGroupEnd: a call inside the group failed; nothing was launched");
     }
+    ncclResult_t initerr = ncclSuccess;
     for (int i = 0; i < ninits; i++) { /* blocking inits complete within ncclGroupEnd */
         comm* c = group_inits[i];
         if (!c->blocking) {
@@ -1092,19 +2136,25 @@ API ncclResult_t ncclGroupEnd(void) {
             continue;
         }
         pthread_mutex_lock(&g);
-        while (!c->ready && !c->aborted) pthread_cond_wait(&gc, &g);
+        while (!c->ready && !c->aborted && c->async == ncclInProgress) pthread_cond_wait(&gc, &g);
+        if (!c->ready && !c->aborted && !initerr) initerr = c->async;
         pthread_mutex_unlock(&g);
     }
-    ncclResult_t r = launch(list);
+    ncclResult_t r = list ? launch(list, "ncclGroupEnd") : ncclSuccess;
+    if (!r && initerr) r = initerr;
     return r == ncclSuccess && nonblocking ? ncclInProgress : r;
 }
 
 static void* launch_later(void* p) {
+    name_thread("fakenccl-launch");
     task* t = p;
     comm* c = t->c;
-    ncclResult_t r = launch(t);
+    char fn[32];
+    snprintf(fn, sizeof fn, "nccl%s", kind_names[t->kind]);
+    ncclResult_t r = launch(t, fn);
     pthread_mutex_lock(&g);
-    c->async = r;
+    set_async(c, r);
+    pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
     return NULL;
 }
@@ -1134,7 +2184,9 @@ static ncclResult_t submit(task* t) {
         pthread_detach(th);
         return ncclInProgress;
     }
-    return launch(t);
+    char fn[32];
+    snprintf(fn, sizeof fn, "nccl%s", kind_names[t->kind]);
+    return launch(t, fn);
 }
 
 static ncclResult_t check_buf(comm* c, const char* fn, const char* what, const void* p, size_t bytes) {
@@ -1317,10 +2369,11 @@ typedef struct winreg {
 static void register_window(comm* c, void* buff, size_t size, window** win, int flags);
 
 static void* register_later(void* p) {
+    name_thread("fakenccl-winreg");
     winreg* w = p;
     register_window(w->c, w->buff, w->size, w->win, w->flags);
     pthread_mutex_lock(&g);
-    w->c->async = ncclSuccess;
+    set_async(w->c, ncclSuccess);
     pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
     free(w);
@@ -1353,21 +2406,51 @@ API ncclResult_t ncclCommWindowRegister(comm* c, void* buff, size_t size, window
     return ncclSuccess;
 }
 
-static void register_window(comm* c, void* buff, size_t size, window** win, int flags) {
-    if (flags & 1) { /* symmetric: collective, every rank registers together */
-        clique* q = c->c;
-        pthread_mutex_lock(&g);
-        long seq = c->win_seq++;
-        while (q->win_seq != seq) pthread_cond_wait(&gc, &g);
+/* win_done readies the registration rendezvous for the next one once every
+ * rank has left it and every remote rank has its answer (g held). */
+static void win_done(clique* q) {
+    if (q->win_left == q->nranks && q->win_delivered == q->nproxies) {
+        q->win_arrived = q->win_left = q->win_delivered = 0;
+        q->win_seq++;
+        pthread_cond_broadcast(&gc);
+    }
+}
+
+/* win_barrier is a symmetric registration's rendezvous: every rank registers
+ * together (-1 if c is aborted meanwhile). */
+static int win_barrier(comm* c) {
+    clique* q = c->c;
+    pthread_mutex_lock(&g);
+    long seq = c->win_seq++;
+    while (q->win_seq != seq && !c->aborted) pthread_cond_wait(&gc, &g);
+    if (!c->aborted) {
         q->win_arrived++;
         pthread_cond_broadcast(&gc);
-        while (q->win_arrived < c->nranks) pthread_cond_wait(&gc, &g);
-        if (++q->win_left == c->nranks) {
-            q->win_arrived = q->win_left = 0;
-            q->win_seq++;
-            pthread_cond_broadcast(&gc);
-        }
+    }
+    while (q->win_arrived < c->nranks && !c->aborted) pthread_cond_wait(&gc, &g);
+    if (c->aborted) {
         pthread_mutex_unlock(&g);
+        return -1;
+    }
+    q->win_left++;
+    if (!c->proxy) /* the hub's own ranks: once the remote ranks have their answer (this process may exit next) */
+        while (q->win_seq == seq && q->win_delivered < q->nproxies && !c->aborted) pthread_cond_wait(&gc, &g);
+    win_done(q);
+    pthread_mutex_unlock(&g);
+    return 0;
+}
+
+static void register_window(comm* c, void* buff, size_t size, window** win, int flags) {
+    if ((flags & 1) && c->remote) { /* the rendezvous is at the hub; the window stays here */
+        wbuf b = {0};
+        wb_start(&b, M_WIN);
+        char* p = NULL;
+        rbuf r;
+        rpc(c, NULL, &b, &p, &r);
+        free(b.p);
+        free(p);
+    } else if (flags & 1) {
+        win_barrier(c);
     }
     window* w = calloc(1, sizeof *w);
     *w = (window){buff, size, flags, NULL};
@@ -1393,6 +2476,7 @@ API ncclResult_t ncclCommWindowDeregister(comm* c, window* w) {
     return fail(ncclInvalidArgument, "ncclCommWindowDeregister: unknown window %p", (void*)w);
 }
 #endif
+
 
 #ifdef FAKENCCL_VCCL
 static int in_symmetric_window(comm* c, const void* p, size_t bytes) {
@@ -1452,3 +2536,384 @@ API ncclResult_t ncclAlltoAllv(const void* send, const size_t* sc, const size_t*
 }
 #endif
 #endif
+
+/* ---- the hub: serves the ranks of other processes through their proxies ----
+ *
+ * One thread per connection reads a request, runs it on a thread of its own
+ * while it watches the connection (a remote rank that closes it, by Destroy,
+ * Abort or its death, aborts the proxy so that the proxy's waits give up),
+ * then answers. A proxy joins, connects, meets and computes with the code a
+ * local rank runs. */
+
+typedef struct conn {
+    int fd, efd;
+    comm* proxy;
+    uint32_t type;
+    char* req;
+    size_t n;
+    wbuf reply;
+    int keep; /* peers may still read the request's bytes (the proxy was aborted mid-operation): never freed */
+    void (*after)(struct conn*); /* what the reply, once sent, releases */
+    int sent;
+    task* t;                     /* the request's tasks, for after */
+} conn;
+
+/* after_join: the hub's own ranks may return from their init. */
+static void after_join(conn* k) {
+    pthread_mutex_lock(&g);
+    k->proxy->c->join_delivered++;
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+}
+
+/* after_coll: the collective's slot is done with this rank. */
+static void after_coll(conn* k) {
+    task* t = k->t;
+    clique* q = t->c->c;
+    pthread_mutex_lock(&g);
+    if (t->owed) {
+        slot* s = &q->slots[t->seq % SLOTS];
+        s->delivered++;
+        if (s->busy && s->left == t->c->nranks && s->delivered == q->nproxies) s->busy = 0;
+        pthread_cond_broadcast(&gc);
+    }
+    pthread_mutex_unlock(&g);
+    free((void*)t->recv);
+    free(t->a2av);
+    free(t);
+}
+
+/* after_p2p: the senders whose bytes this rank took may end. */
+static void after_p2p(conn* k) {
+    pthread_mutex_lock(&g);
+    for (task* t = k->t; t; t = t->next) {
+        if (t->kind != kRecv) continue;
+        for (msg* m = t->c->c->mail; m; m = m->next)
+            if (m->taken == 2 && m->src == t->peer && m->dst == t->c->rank && m->seq == t->seq) m->taken = 1;
+    }
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+    while (k->t) {
+        task* next = k->t->next;
+        free(k->t->recv);
+        free(k->t);
+        k->t = next;
+    }
+}
+
+static void reply_status(conn* k, ncclResult_t r, const char* text) {
+    wb_start(&k->reply, M_REPLY);
+    wb_i32(&k->reply, r);
+    wb_str(&k->reply, r ? text : "");
+}
+
+static void serve_join(conn* k, rbuf* in) {
+    uint64_t key = rb_u64(in);
+    int nranks = rb_i32(in), rank = rb_i32(in), at_init = rb_i32(in);
+    ncclResult_t r;
+    if (in->bad) r = fail(ncclInternalError, "ncclCommInitRank: bad request");
+    else if (nranks < 1 || nranks > MAXR || rank < 0 || rank >= nranks)
+        r = fail(ncclInvalidArgument, "ncclCommInitRank: rank %d of %d", rank, nranks);
+    else r = join(k->proxy, key, nranks, rank, "ncclCommInitRank");
+    reply_status(k, r, my_error);
+    if (k->proxy->c) k->after = after_join; /* it is a member (it may have been aborted since): it counts */
+    if (!r && at_init) {
+        pthread_mutex_lock(&g);
+        k->proxy->c->started |= 1ull << rank;
+        pthread_cond_broadcast(&gc);
+        pthread_mutex_unlock(&g);
+    }
+}
+
+static void serve_connect(conn* k, rbuf* in) {
+    uint64_t need = rb_u64(in);
+    char fn[64];
+    rb_str(in, fn, sizeof fn);
+    comm* c = k->proxy;
+    pthread_mutex_lock(&g);
+    c->c->started |= 1ull << c->rank;
+    pthread_cond_broadcast(&gc);
+    int st = connect_wait(c, need, fn, k->fd);
+    pthread_mutex_unlock(&g);
+    reply_status(k, st ? ncclInternalError : ncclSuccess, "aborted");
+}
+
+static void serve_coll(conn* k, rbuf* in) {
+    comm* c = k->proxy;
+    int n = c->nranks;
+    task* t = calloc(1, sizeof *t);
+    t->c = c;
+    t->seq = rb_i64(in);
+    t->kind = rb_i32(in);
+    t->type = rb_i32(in);
+    t->op = rb_i32(in);
+    t->root = rb_i32(in);
+    t->peer = t->root;
+    t->count = rb_u64(in);
+    const char* s = rb_take(in, 8);
+    if (s && t->op == opPreMul) { /* the remote rank resolved its scalar */
+        t->premul_res = 1;
+        memcpy(&t->scalar_f, s, 8);
+        memcpy(&t->scalar_i, s, 8);
+    }
+    t->overlap = rb_i32(in);
+    if (t->kind == kAlltoAllv) {
+        t->a2av = malloc(4 * n * n * sizeof(size_t));
+        for (int i = 0; i < 4 * n * n; i++) t->a2av[i] = rb_u64(in);
+    }
+    size_t sb = rb_u64(in);
+    t->send = rb_take(in, sb);
+    size_t cur = rb_u64(in);
+    const char* old = rb_take(in, cur);
+    if (in->bad || t->kind < 0 || t->kind > kAlltoAllv || t->kind == kSend || t->kind == kRecv || t->type < 0 ||
+        t->type >= NUM_TYPES || t->op < 0 || t->op > opPreMul) {
+        reply_status(k, fail(ncclInternalError, "fakenccl hub: bad collective request"), my_error);
+        wb_u64(&k->reply, 0);
+        free(t->a2av);
+        free(t);
+        return;
+    }
+    size_t rb = out_bytes(t);
+    t->recv = calloc(1, rb ? rb : 1);
+    if (old) memcpy(t->recv, old, cur < rb ? cur : rb);
+    char why[480] = "";
+    ncclResult_t r = run_collective(t, why, sizeof why);
+    reply_status(k, r, why);
+    size_t got = !r && receives(t) && !c->aborted ? rb : 0;
+    wb_u64(&k->reply, got);
+    wb_put(&k->reply, t->recv, got);
+    if (c->aborted && !t->owed) { /* given up mid-way: peers may still read what it brought */
+        k->keep = 1;
+        return;
+    }
+    k->t = t;
+    k->after = after_coll;
+}
+
+static void serve_p2p(conn* k, rbuf* in) {
+    comm* c = k->proxy;
+    int nt = rb_i32(in);
+    task *batch = NULL, **tail = &batch;
+    for (int i = 0; i < nt && !in->bad; i++) {
+        task* t = calloc(1, sizeof *t);
+        t->c = c;
+        t->kind = rb_i32(in);
+        t->type = rb_i32(in);
+        t->peer = rb_i32(in);
+        t->seq = rb_i64(in);
+        t->count = rb_u64(in);
+        if (t->type < 0 || t->type >= NUM_TYPES || t->peer < 0 || t->peer >= c->nranks) in->bad = 1;
+        *tail = t;
+        tail = &t->next;
+    }
+    for (task* t = batch; t && !in->bad; t = t->next) {
+        size_t bytes = t->count * type_size(t->type);
+        if (t->kind == kSend) t->send = rb_take(in, bytes);
+        else t->recv = calloc(1, bytes ? bytes : 1);
+    }
+    ncclResult_t r = in->bad ? fail(ncclInternalError, "fakenccl hub: bad send/receive request") : run_p2p(batch);
+    reply_status(k, r, my_error);
+    for (task* t = batch; t; t = t->next)
+        if (t->kind == kRecv) wb_put(&k->reply, t->recv, in->bad ? 0 : t->count * type_size(t->type));
+    if (c->aborted) k->keep = 1; /* given up: peers may still read what it brought */
+    k->t = batch;
+    k->after = after_p2p;
+}
+
+#if HAS_228
+static void after_split(conn* k) {
+    pthread_mutex_lock(&g);
+    k->proxy->c->split_delivered++;
+    split_done(k->proxy->c);
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+}
+
+static void serve_split(conn* k, rbuf* in) {
+    int color = rb_i32(in), key = rb_i32(in), me = 0;
+    netaddr mine, host;
+    memset(&host, 0, sizeof host);
+    rb_addr(in, &mine);
+    uint32_t pid = (uint32_t)rb_i32(in), hpid = 0;
+    uint64_t newkey = 0;
+    int size = in->bad ? -1 : split_meet(k->proxy, k->proxy, color, key, &mine, pid, &me, &newkey, &host, &hpid);
+    if (size >= 0) k->after = after_split;
+    wb_start(&k->reply, M_REPLY); /* no status: the size says (-1: given up) */
+    wb_i32(&k->reply, size);
+    wb_i32(&k->reply, me);
+    wb_u64(&k->reply, newkey);
+    wb_addr(&k->reply, &host);
+    wb_i32(&k->reply, (int32_t)hpid);
+}
+
+static void after_win(conn* k) {
+    pthread_mutex_lock(&g);
+    k->proxy->c->win_delivered++;
+    win_done(k->proxy->c);
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+}
+
+static void serve_win(conn* k) {
+    int st = win_barrier(k->proxy);
+    reply_status(k, st ? ncclInternalError : ncclSuccess, "aborted");
+    if (!st) k->after = after_win;
+}
+
+#endif
+
+static void* serve_request(void* p) {
+    name_thread("fakenccl-req");
+    conn* k = p;
+    rbuf in = {k->req, k->n, 0, 0};
+    my_error[0] = 0;
+    if (k->type != M_JOIN && !k->proxy->c) { /* its join failed: nothing else */
+        reply_status(k, fail(ncclInvalidUsage, "fakenccl hub: the rank has not joined"), my_error);
+        k->type = 0;
+    }
+    switch (k->type) {
+    case 0: break;
+    case M_JOIN: serve_join(k, &in); break;
+    case M_CONNECT: serve_connect(k, &in); break;
+    case M_COLL: serve_coll(k, &in); break;
+    case M_P2P: serve_p2p(k, &in); break;
+#if HAS_228
+    case M_SPLIT: serve_split(k, &in); break;
+    case M_WIN: serve_win(k); break;
+#endif
+    default: reply_status(k, fail(ncclInternalError, "fakenccl hub: unknown request %u", k->type), my_error);
+    }
+    /* The reply goes first, then what waited for it (a closed connection
+     * counts as delivered: nobody is left to tell). */
+    k->sent = wb_send(k->fd, &k->reply) == 0;
+    pthread_mutex_lock(&g);
+    inflight--;
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+    if (k->after) k->after(k);
+    k->after = NULL;
+    k->t = NULL;
+    uint64_t one = 1;
+    while (write(k->efd, &one, 8) < 0 && errno == EINTR) {
+    }
+    return NULL;
+}
+
+static void abort_proxy(comm* c) {
+    pthread_mutex_lock(&g);
+    c->aborted = 1;
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+}
+
+static void* serve(void* p) {
+    name_thread("fakenccl-serve");
+    conn* k = p;
+    for (;;) {
+        uint32_t type;
+        char* req;
+        size_t n;
+        if (recv_msg(k->fd, &type, &req, &n)) break; /* closed: Destroy, Abort, or the process died */
+        if ((type == M_JOIN) == (k->proxy != NULL)) { /* a join first, and only once */
+            free(req);
+            break;
+        }
+        if (type == M_JOIN) {
+            comm* c = calloc(1, sizeof *c);
+            c->magic = COMM_MAGIC;
+            c->proxy = 1;
+            c->dev = -1;
+            c->blocking = 1;
+            c->fd = -1;
+            k->proxy = c;
+        }
+        k->type = type;
+        k->req = req;
+        k->n = n;
+        k->keep = 0;
+        pthread_mutex_lock(&g);
+        inflight++;
+        pthread_mutex_unlock(&g);
+        pthread_t th;
+        pthread_create(&th, NULL, serve_request, k);
+        int hung = 0, quiet = 0;
+        for (;;) { /* until the request is answered; a remote rank sends nothing meanwhile but its close */
+            struct pollfd ps[2] = {{k->efd, POLLIN, 0}, {k->fd, POLLIN | POLLRDHUP, 0}};
+            if (poll(ps, hung || quiet ? 1 : 2, -1) < 0) continue;
+            if (ps[0].revents) {
+                uint64_t v;
+                while (read(k->efd, &v, 8) < 0 && errno == EINTR) {
+                }
+                break;
+            }
+            if (hung || quiet || !ps[1].revents) continue;
+            char b;
+            ssize_t m = recv(k->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (m > 0) quiet = 1; /* its next request: this one was answered */
+            else if (m == 0 || (errno != EAGAIN && errno != EINTR)) {
+                hung = 1;
+                abort_proxy(k->proxy);
+            }
+        }
+        pthread_join(th, NULL);
+        if (!k->keep) free(req);
+        if (hung || !k->sent) break;
+    }
+    if (k->proxy) abort_proxy(k->proxy); /* peers still waiting for it wait on, as NCCL's would */
+    close(k->fd);
+    close(k->efd);
+    free(k->reply.p);
+    free(k);
+    return NULL;
+}
+
+static void start_conn(int fd) {
+    nodelay(fd);
+    conn* k = calloc(1, sizeof *k);
+    k->fd = fd;
+    k->efd = eventfd(0, EFD_CLOEXEC);
+    pthread_t th;
+    pthread_create(&th, NULL, serve, k);
+    pthread_detach(th);
+}
+
+/* The root: ncclGetUniqueId's rendezvous in this process (and where the
+ * cliques made by splits at this hub are joined). One listening socket and
+ * thread serve every id of the process, for its life. */
+static pthread_mutex_t rootmu = PTHREAD_MUTEX_INITIALIZER;
+static int root_fd = -1;
+static netaddr root_at;
+
+static void* root_accept(void* p) {
+    name_thread("fakenccl-root");
+    for (;;) {
+        int fd = accept4(root_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0) start_conn(fd);
+        else if (errno != EINTR && errno != ECONNABORTED) usleep(10000);
+    }
+    return NULL;
+}
+
+static int ensure_root(netaddr* at) {
+    pthread_mutex_lock(&rootmu);
+    if (root_fd < 0) {
+        netaddr a;
+        memset(&a, 0, sizeof a);
+        a.family = 4;
+        a.addr[0] = 127;
+        a.addr[3] = 1;
+        int fd = listen_on(&a);
+        if (fd < 0) {
+            pthread_mutex_unlock(&rootmu);
+            return -1;
+        }
+        root_fd = fd;
+        root_at = a;
+        pthread_t th;
+        pthread_create(&th, NULL, root_accept, NULL);
+        pthread_detach(th);
+    }
+    *at = root_at;
+    pthread_mutex_unlock(&rootmu);
+    return 0;
+}

@@ -14,12 +14,13 @@ import (
 // communicator creation, and the reductions of times and wrong counts that
 // nccl-tests does over MPI.
 
-// initComms creates this process's communicators: g ranks on GPUs
+// initJob creates this process's communicators: g ranks on GPUs
 // LocalRank·g … LocalRank·g+g-1. Alone (no launcher), through ncclCommInitAll;
 // in a job, every GPU's ncclCommInitRank from its own goroutine, as each
-// blocks until all ranks of the job have joined. The communicators are
-// blocking, as nccl-tests' (a context that never ends).
-func initComms(lib *nccl.Library, job launch.Job, g int, idFile string) ([]*nccl.Comm, error) {
+// blocks until all ranks of the job have joined; the unique id is shared as
+// share says (launch.UniqueID: torchrun's store, NCCL_COMM_ID, a file). The
+// communicators are blocking, as nccl-tests' (a context that never ends).
+func initJob(lib *nccl.Library, job launch.Job, g int, share launch.Share) ([]*nccl.Comm, error) {
 	ctx := context.Background()
 	devs := make([]int, g)
 	for i := range devs {
@@ -28,8 +29,8 @@ func initComms(lib *nccl.Library, job launch.Job, g int, idFile string) ([]*nccl
 	if job.Size == 1 {
 		return lib.InitAll(ctx, devs, nil)
 	}
-	idCtx, cancel := context.WithTimeout(ctx, time.Minute) // for the -idfile to appear
-	id, err := launch.UniqueID(idCtx, lib, job, idFile)
+	idCtx, cancel := context.WithTimeout(ctx, time.Minute) // for rank 0's id to arrive
+	id, err := launch.UniqueID(idCtx, lib, job, share)
 	cancel()
 	if err != nil {
 		return nil, err
@@ -53,7 +54,7 @@ func initComms(lib *nccl.Library, job launch.Job, g int, idFile string) ([]*nccl
 		}
 		return nil, err
 	}
-	launch.Cleanup(job, idFile)
+	launch.Cleanup(job, share)
 	return comms, nil
 }
 

@@ -11,12 +11,13 @@
 // processes × g ranks, as nccl-tests built with MPI:
 //
 //	mpirun -np 2 -x NCCL_COMM_ID=host:port nccl-bench -op all_reduce   # Open MPI
-//	RANK=… WORLD_SIZE=… LOCAL_RANK=… MASTER_ADDR=… MASTER_PORT=… nccl-bench …  # torchrun's variables
+//	torchrun --no-python --nproc-per-node=2 nccl-bench -op all_reduce   # torchrun's store
 //	nccl-bench -np 2 -op all_reduce                                      # starts 2 local processes itself
 //
 // Process p drives GPUs p·g … p·g+g-1 of its node (its local rank picks p) and
-// holds ranks p·g … p·g+g-1. The ranks meet through NCCL_COMM_ID (or
-// MASTER_ADDR:MASTER_PORT), or a shared file with -idfile; rank 0 prints.
+// holds ranks p·g … p·g+g-1. The ranks share the unique id as package launch
+// chooses (torchrun's store, NCCL_COMM_ID, a shared file with -idfile; -idvia
+// forces one); rank 0 prints.
 //
 // Every operation is a row of a table (ops.go) over gonccl's public API: its
 // buffers, its call, its busbw factor and its expected bytes. Whether
@@ -101,7 +102,7 @@ func main() {
 	if *ngpu < 1 {
 		log.Fatal("bad -g: at least 1")
 	}
-	job, err := launch.Detect()
+	job, err := lf.Detect()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	comms, err := initComms(lib, job, *ngpu, lf.IDFile)
+	comms, err := initJob(lib, job, *ngpu, lf.Share())
 	if err != nil {
 		log.Fatalf("rank %d: %v", job.Rank, err)
 	}

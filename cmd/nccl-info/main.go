@@ -16,6 +16,10 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gonccl/nccl"
 	"github.com/gonccl/nccl/abi"
@@ -192,10 +196,32 @@ func write(w io.Writer, r *report) {
 func writeTrace(w io.Writer, trace []attempt) {
 	fmt.Fprintln(w, "  search")
 	for _, a := range trace {
-		res := "loaded"
+		path, res := shown(a.Path), "loaded"
 		if a.Error != "" {
-			res = a.Error
+			// An error about the file names it: say it once.
+			res = strings.TrimPrefix(a.Error, path+": ")
 		}
-		fmt.Fprintf(w, "    %-16s %s: %s\n", a.Via, a.Path, res)
+		fmt.Fprintf(w, "    %-16s %s: %s\n", a.Via, path, res)
 	}
+}
+
+// shown is a path as it is when short and plain, otherwise quoted and cut: a
+// path built from an environment value may be huge or hold newlines. The
+// library's own error texts are bounded the same way.
+func shown(p string) string {
+	const max = 200
+	plain := len(p) <= max && utf8.ValidString(p) && strings.IndexFunc(p, func(r rune) bool {
+		return r == '"' || r == '\\' || !unicode.IsPrint(r)
+	}) < 0
+	if plain {
+		return p
+	}
+	if len(p) <= max {
+		return strconv.Quote(p)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(p[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(p[:cut]), len(p))
 }

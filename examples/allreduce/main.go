@@ -1,11 +1,11 @@
 // Command allreduce sums a vector across GPUs, one process per GPU.
 //
-// Started by a launcher (mpirun, srun, torchrun-style variables), the ranks meet
-// through NCCL's own rendezvous at NCCL_COMM_ID (or MASTER_ADDR:MASTER_PORT), or
-// through a shared file with -idfile. Started alone with -np N, it launches N
-// local ranks itself. Every wait on the other ranks has a deadline (-timeout):
-// a rank that never arrives makes the others fail instead of hang. See
-// examples/README.md for the commands.
+// Started by a launcher (torchrun, mpirun, srun), the ranks share NCCL's unique
+// id the launcher's way (launch.UniqueID): through torchrun's TCPStore, NCCL's
+// own bootstrap at NCCL_COMM_ID, or a shared file with -idfile. Started alone
+// with -np N, it launches N local ranks itself. Every wait on the other ranks has
+// a deadline (-timeout): a rank that never arrives makes the others fail instead
+// of hang. See examples/README.md for the commands.
 package main
 
 import (
@@ -31,7 +31,7 @@ func main() {
 		}
 		return
 	}
-	job, err := launch.Detect()
+	job, err := lf.Detect() // -rank/-size, else torchrun's, mpirun's or srun's variables
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -39,27 +39,33 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := run(lib, job, lf.IDFile, *n, *timeout); err != nil {
+	if err := run(lib, job, lf.Share(), *n, *timeout); err != nil {
 		log.Fatalf("rank %d: %v", job.Rank, err)
 	}
 }
 
-func run(lib *nccl.Library, job launch.Job, idFile string, n int, timeout time.Duration) (err error) {
+func run(lib *nccl.Library, job launch.Job, share launch.Share, n int, timeout time.Duration) (err error) {
 	// A context that can end makes the communicator non-blocking, so that
 	// joining, the all-reduce and closing can all give up at the deadline.
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	id, err := launch.UniqueID(ctx, lib, job, idFile)
+	via, _ := launch.Choose(job, share) // only to print it; UniqueID says why when there is no way
+	id, err := launch.UniqueID(ctx, lib, job, share)
 	if err != nil {
 		return err
 	}
 	dev := job.LocalRank
 	comm, err := lib.InitRank(ctx, dev, id, job.Size, job.Rank, nil)
-	launch.Cleanup(job, idFile) // every rank has read the id file, or the job has failed
+	launch.Cleanup(job, share) // every rank has read the id file, or the job has failed
 	if err != nil {
 		return err
 	}
 	defer closeComm(comm, timeout, &err)
+	// NCCL connects the ranks inside their first operation, where no context
+	// reaches: abort at the deadline, so a peer that never shows up cannot
+	// hang the all-reduce call itself.
+	stop := context.AfterFunc(ctx, func() { comm.Abort() })
+	defer stop()
 
 	cu := lib.CUDA()
 	s, err := cu.NewStream(dev, nccl.StreamNonBlocking)
@@ -100,8 +106,8 @@ func run(lib *nccl.Library, job launch.Job, idFile string, n int, timeout time.D
 		}
 		checksum += float64(v)
 	}
-	fmt.Printf("allreduce: rank %d/%d (%s) on GPU %d, NCCL %s: %d floats correct, checksum %.0f\n",
-		job.Rank, job.Size, job.Launcher, dev, lib.Version(), n, checksum)
+	fmt.Printf("allreduce: rank %d/%d (%s, id via %s) on GPU %d, NCCL %s: %d floats correct, checksum %.0f\n",
+		job.Rank, job.Size, job.Launcher, via, dev, lib.Version(), n, checksum)
 	return nil
 }
 

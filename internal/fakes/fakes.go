@@ -7,6 +7,7 @@
 package fakes
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,12 +20,13 @@ import (
 
 // Variants of the fake NCCL, by the preprocessor symbols of testdata/fakenccl.c.
 var Variants = map[string][]string{
-	"default": nil,                               // NCCL 2.28.3
-	"old":     {"-DFAKENCCL_OLD"},                // NCCL 2.14.3: no Split, Register, AlltoAll, ...
-	"vccl11":  {"-DFAKENCCL_VCCL=11"},            // VCCL 2.29.2, 11-argument ncclAlltoAllv
-	"vccl10":  {"-DFAKENCCL_VCCL=10"},            // VCCL 2.29.2, 10-argument ncclAlltoAllv
-	"broken":  {"-DFAKENCCL_BROKEN"},             // lacks ncclCommInitRank
-	"ancient": {"-DFAKENCCL_VERSION_CODE=21203"}, // reports 2.12.3, older than gonccl supports
+	"default": nil,                                  // NCCL 2.28.3
+	"old":     {"-DFAKENCCL_OLD"},                   // NCCL 2.14.3: no Split, Register, AlltoAll, ...
+	"vccl11":  {"-DFAKENCCL_VCCL=11"},               // VCCL 2.29.2, 11-argument ncclAlltoAllv
+	"vccl10":  {"-DFAKENCCL_VCCL=10"},               // VCCL 2.29.2, 10-argument ncclAlltoAllv
+	"broken":  {"-DFAKENCCL_BROKEN"},                // lacks ncclCommInitRank
+	"ancient": {"-DFAKENCCL_VERSION_CODE=21203"},    // reports 2.12.3, older than gonccl supports
+	"absurd":  {"-DFAKENCCL_VERSION_CODE=99999999"}, // reports a code no NCCL release has
 }
 
 var built struct {
@@ -134,4 +136,16 @@ func Build(dir, cc string) error {
 		}
 	}
 	return nil
+}
+
+// SelfCommand is exec.CommandContext for a fresh copy of the running test
+// binary with args. Under emulation without binfmt_misc (scripts/test-arm64.sh)
+// a binary cannot start itself: GONCCL_TEST_EMULATOR then names the emulator
+// to start it with.
+func SelfCommand(ctx context.Context, args ...string) *exec.Cmd {
+	argv := append([]string{os.Args[0]}, args...)
+	if emu := os.Getenv("GONCCL_TEST_EMULATOR"); emu != "" {
+		argv = append([]string{emu}, argv...)
+	}
+	return exec.CommandContext(ctx, argv[0], argv[1:]...)
 }
