@@ -1,5 +1,7 @@
 // Command nccl-info says which NCCL and CUDA runtime gonccl finds, how it found
-// them, what they can do, and, when something is missing, what to set.
+// them, what they can do, and, when something is missing, what to set; and
+// where this process stands in a job (launcher, rank, size) and how package
+// launch would share the unique id.
 //
 //	go run ./cmd/nccl-info          # a report for people
 //	go run ./cmd/nccl-info -json    # the same as JSON
@@ -23,6 +25,7 @@ import (
 
 	"github.com/gonccl/nccl"
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/launch"
 )
 
 type attempt struct {
@@ -63,6 +66,7 @@ type report struct {
 		Devices     int    `json:"devices"`
 		DeviceError string `json:"device_error,omitempty"`
 	} `json:"cuda"`
+	Job jobReport `json:"job"`
 }
 
 func main() {
@@ -104,6 +108,8 @@ func main() {
 			r.CUDA.DeviceError = err.Error()
 		}
 	}
+
+	r.Job = placeJob(launch.Options{})
 
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -191,6 +197,7 @@ func write(w io.Writer, r *report) {
 		}
 	}
 	writeTrace(w, r.CUDA.Trace)
+	writeJob(w, r.Job)
 }
 
 func writeTrace(w io.Writer, trace []attempt) {
