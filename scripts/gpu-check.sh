@@ -74,6 +74,19 @@ run)
         -x NCCL_COMM_ID=127.0.0.1:$port $E/allreduce $T
     fi
     run_example env "$@" bash -c "MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port+1)) WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 $E/allreduce $T & MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port+1)) WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 $E/allreduce $T && wait \$!"
+    # The real torchrun: the ranks share the id through the TCPStore its
+    # agent runs at MASTER_ADDR:MASTER_PORT (static), or on a port of its own
+    # choosing (c10d).
+    if [ -x "$VENV/bin/torchrun" ]; then
+      run_example env "$@" "$VENV/bin/torchrun" --no-python --nproc-per-node=2 --master-port=$((port+2)) $E/allreduce $T
+      run_example env "$@" "$VENV/bin/torchrun" --no-python --nproc-per-node=2 --rdzv-backend=c10d \
+        --rdzv-endpoint=127.0.0.1:$((port+3)) $E/allreduce $T
+    fi
+    # A Go rank and a Python rank (PyTorch's TCPStore, CuPy's NCCL) in one
+    # communicator: both sides must run the same NCCL, the wheel's.
+    if [ "$label" = wheel ] && [ -x "$VENV/bin/python3" ]; then
+      run_example env "$@" bash -c "$VENV/bin/python3 examples/withpython/peer.py --master --store 127.0.0.1:$((port+4)) --rank 1 --dev 1 & $E/withpython -store 127.0.0.1:$((port+4)) -rank 0 -dev 0 $T && wait \$!"
+    fi
     run_example env "$@" $E/multigpu $T
     run_example env "$@" $E/split $T
     run_example env "$@" $E/split -ids $T
