@@ -12,7 +12,7 @@ type DevicePtr uintptr
 
 // Buffer is Len elements of one DataType at an address on one CUDA device:
 // what every operation takes, as nccl4py's buffer specs. It is a small value,
-// copied freely; Slice views part of it. Make one with CUDA.Alloc,
+// copied freely; Slice views part of it. Make one with CUDA.Alloc, CUDA.MallocAsync,
 // Comm.AllocSymmetric, Library.MemAlloc, or CUDA.Wrap for memory another
 // library allocated (a PyTorch tensor's data_ptr, say).
 //
@@ -36,6 +36,8 @@ type allocation struct {
 	kind  allocKind
 	win   uintptr
 	freed atomic.Bool
+
+	stream uintptr // allocStream: the stream it was allocated on, where Free frees it
 }
 
 type allocKind int8
@@ -45,6 +47,7 @@ const (
 	allocNCCL                       // ncclMemAlloc
 	allocSymmetric                  // ncclMemAlloc and a symmetric window
 	allocForeign                    // CUDA.Wrap: not gonccl's to free
+	allocStream                     // cudaMallocAsync: freed in stream order (cudamem.go)
 )
 
 // Ptr is the device address of element 0.
@@ -95,7 +98,12 @@ func (cu *CUDA) Alloc(dev int, dt DataType, n int) (Buffer, error) {
 		return Buffer{}, err
 	}
 	var p uintptr
-	err = cu.OnDevice(dev, func() error { return cu.callPtr(cuMalloc, uintptr(unsafe.Pointer(&p)), uintptr(size)) })
+	err = cu.OnDevice(dev, func() error {
+		if err := cu.refuseHere(op); err != nil { // CUDA forbids cudaMalloc on a capturing thread
+			return err
+		}
+		return cu.callPtr(cuMalloc, uintptr(unsafe.Pointer(&p)), uintptr(size))
+	})
 	if err != nil {
 		return Buffer{}, err
 	}
@@ -131,7 +139,9 @@ func bufferSize(op string, dt DataType, n int) (int, error) {
 
 // Free frees the memory of an allocation made by gonccl: cudaFree on its
 // device, ncclMemFree, or for a symmetric buffer the window's deregistration
-// (collective: every rank frees together) and ncclMemFree. Pass the buffer the
+// (collective: every rank frees together) and ncclMemFree; memory from
+// MallocAsync is freed in stream order on its allocation stream (cudaFreeAsync,
+// without waiting; FreeAsync picks another stream). Pass the buffer the
 // allocation returned, not a slice of it. Memory from Wrap is refused.
 func (b Buffer) Free() error {
 	const op = "Free"
@@ -143,6 +153,14 @@ func (b Buffer) Free() error {
 		return argError(op, "memory from Wrap belongs to whoever allocated it")
 	case b.ptr != m.base:
 		return argError(op, "a slice of an allocation (free the buffer Alloc returned)")
+	}
+	if m.kind == allocCUDA { // cudaFree waits for the device
+		if err := m.cu.refuseDevice("cudaFree", m.dev); err != nil {
+			return err
+		}
+	}
+	if m.kind == allocStream {
+		return b.FreeAsync(Stream{cu: m.cu, h: m.stream, dev: m.dev})
 	}
 	if !m.freed.CompareAndSwap(false, true) {
 		return argError(op, "buffer at %#x already freed", uintptr(b.ptr))
@@ -184,6 +202,9 @@ func (b Buffer) WriteBytes(p []byte) error {
 	if len(p) == 0 {
 		return nil
 	}
+	if err := cu.refuseDevice(op, b.mem.dev); err != nil {
+		return err
+	}
 	return cu.OnDevice(b.mem.dev, func() error { return cu.copyToDevice(b.ptr, p) })
 }
 
@@ -200,6 +221,9 @@ func (b Buffer) ReadBytes(p []byte) error {
 	if len(p) == 0 {
 		return nil
 	}
+	if err := cu.refuseDevice(op, b.mem.dev); err != nil {
+		return err
+	}
 	return cu.OnDevice(b.mem.dev, func() error { return cu.copyFromDevice(p, b.ptr) })
 }
 
@@ -208,6 +232,9 @@ func (b Buffer) Memset(v byte) error {
 	const op = "cudaMemset"
 	cu, err := b.cuda(op)
 	if err != nil {
+		return err
+	}
+	if err := cu.refuseDevice(op, b.mem.dev); err != nil {
 		return err
 	}
 	return cu.OnDevice(b.mem.dev, func() error {

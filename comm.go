@@ -57,6 +57,7 @@ type Comm struct {
 	// so it is never freed under a call.
 	life     atomic.Int64
 	released atomic.Bool
+	revoked  atomic.Bool   // Revoke succeeded: Close destroys without finalizing
 	done     chan struct{} // closed once freed
 	freeErr  error         // what freeing returned; read after done
 
@@ -197,17 +198,21 @@ func (c *Comm) Close(ctx context.Context) error {
 	if err := c.waitFor(ctx, op, func() (bool, error) { return c.calls() == 0, nil }); err != nil {
 		return c.abortAfter(err)
 	}
-	h, err := c.enter(op, true)
-	if err != nil {
-		return err
-	}
-	err = c.lib.call(fnCommFinalize, h)
-	c.exit()
-	if isInProgress(err) {
-		err = c.waitReady(ctx, op, true)
-	}
-	if err != nil {
-		return c.abortAfter(err)
+	// NCCL refuses ncclCommFinalize after ncclCommRevoke: a revoked
+	// communicator is already quiescent and is destroyed alone.
+	if !c.revoked.Load() {
+		h, err := c.enter(op, true)
+		if err != nil {
+			return err
+		}
+		err = c.lib.call(fnCommFinalize, h)
+		c.exit()
+		if isInProgress(err) {
+			err = c.waitReady(ctx, op, true)
+		}
+		if err != nil {
+			return c.abortAfter(err)
+		}
 	}
 	if c.state() == stAborting {
 		// Abort came in meanwhile: it frees the communicator.

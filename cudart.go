@@ -15,6 +15,8 @@ import (
 type CUDA struct {
 	LibraryFile
 	fn [numCUDASymbols]uintptr
+
+	capt captures // the stream captures gonccl has open (graph.go)
 }
 
 // OpenCUDA loads the CUDA runtime alone. Of the options only WithCUDARuntime
@@ -29,7 +31,9 @@ func OpenCUDA(opts ...Option) (*CUDA, error) {
 		return nil, err
 	}
 	cu := &CUDA{LibraryFile: file}
-	if err := resolve(file.handle, file.Path, cudaSymbols[:], cu.fn[:], func(*symbol) bool { return true }); err != nil {
+	// Rows with a since (the CUDA release that added them: stream-ordered
+	// allocation, graphs) are optional; the rest every runtime since 11.0 has.
+	if err := resolve(file.handle, file.Path, cudaSymbols[:], cu.fn[:], func(s *symbol) bool { return s.since == abi.Version{} }); err != nil {
 		return nil, err
 	}
 	return cu, nil
@@ -50,8 +54,29 @@ func (cu *CUDA) callPtr(sym int, args ...uintptr) error {
 func (cu *CUDA) failure(sym int, r abi.CudaError) error {
 	// Clear the thread's last error, as cudaGetLastError would be expected to.
 	ccall.Call(cu.fn[cuGetLastError])
-	return &CUDAError{Op: cudaSymbols[sym].name, Code: r, Msg: cu.ErrorString(r)}
+	e := &CUDAError{Op: cudaSymbols[sym].name, Code: r, Msg: cu.ErrorString(r)}
+	if r >= CUDAErrorStreamCaptureUnsupported && r <= CUDAErrorStreamCaptureWrongThread {
+		// CUDA's own refusal of a call during a capture (one gonccl did not
+		// know of, such as another library's): it matches ErrCapturing too.
+		return &CaptureError{Op: e.Op, Msg: "CUDA refused the call during a stream capture", CUDA: e}
+	}
+	return e
 }
+
+// unsupported is the error of an optional runtime function the loaded
+// libcudart lacks.
+func (cu *CUDA) unsupported(sym int) error {
+	s := cudaSymbols[sym]
+	var v abi.Version
+	if code, err := cu.RuntimeVersion(); err == nil {
+		maj, min := abi.DecodeCudaVersion(code)
+		v = abi.V(maj, min, 0)
+	}
+	return &UnsupportedError{Name: s.name, Path: cu.Path, Version: v, Requires: "CUDA >= " + shortVersion(s.since)}
+}
+
+// has reports whether the runtime exports an optional function.
+func (cu *CUDA) has(sym int) bool { return cu.fn[sym] != 0 }
 
 // ErrorName is cudaGetErrorName ("cudaErrorInvalidValue").
 func (cu *CUDA) ErrorName(e abi.CudaError) string {
@@ -111,6 +136,9 @@ func (cu *CUDA) DeviceSynchronize(dev int) error {
 	if err := checkDevice("cudaDeviceSynchronize", dev); err != nil {
 		return err
 	}
+	if err := cu.refuseDevice("cudaDeviceSynchronize", dev); err != nil {
+		return err
+	}
 	return cu.OnDevice(dev, func() error { return cu.call(cuDeviceSynchronize) })
 }
 
@@ -129,6 +157,9 @@ func (cu *CUDA) MallocHost(size int) ([]byte, error) {
 	if size <= 0 {
 		return nil, argError("cudaMallocHost", "size %d: must be positive", size)
 	}
+	if err := cu.refuseHere("cudaMallocHost"); err != nil {
+		return nil, err
+	}
 	var p uintptr
 	if err := cu.callPtr(cuMallocHost, uintptr(unsafe.Pointer(&p)), uintptr(size)); err != nil {
 		return nil, err
@@ -140,6 +171,9 @@ func (cu *CUDA) MallocHost(size int) ([]byte, error) {
 func (cu *CUDA) FreeHost(b []byte) error {
 	if len(b) == 0 {
 		return nil
+	}
+	if err := cu.refuseHere("cudaFreeHost"); err != nil {
+		return err
 	}
 	return cu.call(cuFreeHost, uintptr(unsafe.Pointer(&b[0])))
 }

@@ -565,3 +565,38 @@ func TestNCCLInfoHostileLibraries(t *testing.T) {
 		})
 	}
 }
+
+func init() {
+	// The search of the child's environment must load HOSTILE_LOADS.
+	children["search-loads"] = func() error {
+		f, err := search(ncclSpec, "", os.Getenv)
+		if err != nil || f.Path != os.Getenv("HOSTILE_LOADS") {
+			return errorf("search: %s, %v; want %s loaded\ntrace: %v", f.Path, err, os.Getenv("HOSTILE_LOADS"), f.Trace)
+		}
+		return nil
+	}
+}
+
+// TestRefusedLibraryIsUnloaded: a library refused after dlopen (here for an
+// absurd version, under NCCL_HOME) is closed again. Left mapped, the dynamic
+// loader would hand it back for the soname, and the good library on
+// LD_LIBRARY_PATH would never load.
+func TestRefusedLibraryIsUnloaded(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "home")
+	if err := os.MkdirAll(filepath.Join(home, "lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	absurd := filepath.Join(FakeDir(t), "absurd", "libnccl.so.2")
+	if err := os.Symlink(absurd, filepath.Join(home, "lib", "libnccl.so.2")); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(FakeDir(t), "default")
+	loads, err := filepath.EvalSymlinks(filepath.Join(good, "libnccl.so.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := runChildWithin(t, time.Minute, "search-loads", "NCCL_HOME="+home, "LD_LIBRARY_PATH="+good, "HOSTILE_LOADS="+loads)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}

@@ -223,7 +223,12 @@ func search(spec libSpec, explicit string, getenv func(string) string) (LibraryF
 	// it is the one: opened, and accepted by the spec.
 	take := func(via, p string, h uintptr, err error) (LibraryFile, bool) {
 		if err == nil && spec.accept != nil {
-			err = spec.accept(h, mappedPathOr(h, p))
+			if err = spec.accept(h, mappedPathOr(h, p)); err != nil {
+				mappedPaths.Lock()
+				delete(mappedPaths.m, h)
+				mappedPaths.Unlock()
+				purego.Dlclose(h)
+			}
 		}
 		trace = append(trace, Attempt{Via: via, Path: p, Err: err})
 		if err != nil {

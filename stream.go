@@ -62,6 +62,9 @@ func (s Stream) Destroy() error {
 	if s.h == 0 {
 		return argError("cudaStreamDestroy", "the legacy default stream cannot be destroyed")
 	}
+	if err := cu.refuseStream("cudaStreamDestroy", s.h, s.dev); err != nil {
+		return err
+	}
 	return cu.OnDevice(s.dev, func() error { return cu.call(cuStreamDestroy, s.h) })
 }
 
@@ -69,6 +72,9 @@ func (s Stream) Destroy() error {
 func (s Stream) Synchronize() error {
 	cu, err := s.runtime("cudaStreamSynchronize")
 	if err != nil {
+		return err
+	}
+	if err := cu.refuseStream("cudaStreamSynchronize", s.h, s.dev); err != nil {
 		return err
 	}
 	if s.h == 0 { // the legacy stream of the current device: make it s's
@@ -81,6 +87,9 @@ func (s Stream) Synchronize() error {
 func (s Stream) Query() (bool, error) {
 	cu, err := s.runtime("cudaStreamQuery")
 	if err != nil {
+		return false, err
+	}
+	if err := cu.refuseStream("cudaStreamQuery", s.h, s.dev); err != nil {
 		return false, err
 	}
 	if s.h == 0 {
@@ -151,6 +160,9 @@ func (cu *CUDA) NewEvent(dev int, flags EventFlags) (Event, error) {
 	return Event{cu: cu, h: h, dev: dev}, err
 }
 
+// Handle is the cudaEvent_t.
+func (e Event) Handle() uintptr { return e.h }
+
 func (e Event) runtime(op string) (*CUDA, error) {
 	if e.cu == nil {
 		return nil, argError(op, "the zero Event (make one with CUDA.NewEvent)")
@@ -172,13 +184,20 @@ func (e Event) Record(s Stream) error {
 	}
 	// The event and the stream name their device: no current device involved,
 	// and no allocation (nccl-bench records two per iteration).
-	return cu.call(cuEventRecord, e.h, s.h)
+	if err := cu.call(cuEventRecord, e.h, s.h); err != nil {
+		return err
+	}
+	cu.noteRecord(e.h, s.h) // one atomic load when no capture is open
+	return nil
 }
 
 // Synchronize waits until the event completes.
 func (e Event) Synchronize() error {
 	cu, err := e.runtime("cudaEventSynchronize")
 	if err != nil {
+		return err
+	}
+	if err := cu.refuseEvent("cudaEventSynchronize", e.h); err != nil {
 		return err
 	}
 	return cu.call(cuEventSynchronize, e.h)
@@ -190,6 +209,9 @@ func (e Event) Query() (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if err := cu.refuseEvent("cudaEventQuery", e.h); err != nil {
+		return false, err
+	}
 	return cu.ready(cuEventQuery, e.h)
 }
 
@@ -197,6 +219,12 @@ func (e Event) Query() (bool, error) {
 func (e Event) Elapsed(start Event) (time.Duration, error) {
 	cu, err := e.runtime("cudaEventElapsedTime")
 	if err != nil {
+		return 0, err
+	}
+	if err := cu.refuseEvent("cudaEventElapsedTime", e.h); err != nil {
+		return 0, err
+	}
+	if err := cu.refuseEvent("cudaEventElapsedTime", start.h); err != nil {
 		return 0, err
 	}
 	var ms float32

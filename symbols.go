@@ -80,6 +80,31 @@ const (
 	fnMemFree
 	fnCommWindowRegister
 	fnCommWindowDeregister
+	fnCommShrink
+	fnCommRevoke
+	fnCommGetUniqueID
+	fnCommGrow
+	fnPutSignal
+	fnSignal
+	fnWaitSignal
+	fnWinGetUserPtr
+	fnGroupSimulateEnd
+	fnCommQueryProperties
+	fnCommSuspend
+	fnCommResume
+	fnCommMemStats
+	fnParamBind
+	fnParamGetI8
+	fnParamGetI16
+	fnParamGetI32
+	fnParamGetI64
+	fnParamGetU8
+	fnParamGetU16
+	fnParamGetU32
+	fnParamGetU64
+	fnParamGetStr
+	fnParamGetParameter
+	fnParamGetAllParameterKeys
 	numNCCLSymbols
 )
 
@@ -121,6 +146,33 @@ var ncclSymbols = [numNCCLSymbols]symbol{
 	fnMemFree:              {name: "ncclMemFree", since: abi.V(2, 19, 0)},
 	fnCommWindowRegister:   {name: "ncclCommWindowRegister", since: abi.V(2, 27, 0)},
 	fnCommWindowDeregister: {name: "ncclCommWindowDeregister", since: abi.V(2, 27, 0)},
+	fnCommShrink:           {name: "ncclCommShrink", since: abi.V(2, 27, 0)},
+	fnCommRevoke:           {name: "ncclCommRevoke", since: abi.V(2, 28, 7)},
+	fnCommGetUniqueID:      {name: "ncclCommGetUniqueId", since: abi.V(2, 29, 2)},
+	fnCommGrow:             {name: "ncclCommGrow", since: abi.V(2, 29, 2)},
+	fnPutSignal:            {name: "ncclPutSignal", since: abi.V(2, 29, 2)},
+	fnSignal:               {name: "ncclSignal", since: abi.V(2, 29, 2)},
+	fnWaitSignal:           {name: "ncclWaitSignal", since: abi.V(2, 29, 2)},
+	fnWinGetUserPtr:        {name: "ncclWinGetUserPtr", since: abi.V(2, 29, 2)},
+	fnGroupSimulateEnd:     {name: "ncclGroupSimulateEnd", since: abi.V(2, 22, 0)},
+	fnCommQueryProperties:  {name: "ncclCommQueryProperties", since: abi.V(2, 29, 2)},
+	fnCommSuspend:          {name: "ncclCommSuspend", since: abi.V(2, 29, 7)},
+	fnCommResume:           {name: "ncclCommResume", since: abi.V(2, 29, 7)},
+	fnCommMemStats:         {name: "ncclCommMemStats", since: abi.V(2, 29, 7)},
+	// ncclParamHandle_t is a struct in 2.30.4 (functions take ncclParamHandle_t*)
+	// and a pointer typedef from 2.30.7: one pointer either way, the same ABI.
+	fnParamBind:                {name: "ncclParamBind", since: abi.V(2, 30, 4)},
+	fnParamGetI8:               {name: "ncclParamGetI8", since: abi.V(2, 30, 4)},
+	fnParamGetI16:              {name: "ncclParamGetI16", since: abi.V(2, 30, 4)},
+	fnParamGetI32:              {name: "ncclParamGetI32", since: abi.V(2, 30, 4)},
+	fnParamGetI64:              {name: "ncclParamGetI64", since: abi.V(2, 30, 4)},
+	fnParamGetU8:               {name: "ncclParamGetU8", since: abi.V(2, 30, 4)},
+	fnParamGetU16:              {name: "ncclParamGetU16", since: abi.V(2, 30, 4)},
+	fnParamGetU32:              {name: "ncclParamGetU32", since: abi.V(2, 30, 4)},
+	fnParamGetU64:              {name: "ncclParamGetU64", since: abi.V(2, 30, 4)},
+	fnParamGetStr:              {name: "ncclParamGetStr", since: abi.V(2, 30, 4)},
+	fnParamGetParameter:        {name: "ncclParamGetParameter", since: abi.V(2, 30, 4)},
+	fnParamGetAllParameterKeys: {name: "ncclParamGetAllParameterKeys", since: abi.V(2, 30, 4)},
 }
 
 // CUDA runtime functions, indexes into cudaSymbols and CUDA.fn. All are required:
@@ -156,6 +208,24 @@ const (
 	cuGetErrorName
 	cuGetErrorString
 	cuGetLastError
+	cuHostRegister
+	cuHostUnregister
+	cuDeviceGetAttribute
+	cuDeviceCanAccessPeer
+	cuDeviceEnablePeerAccess
+	cuDeviceDisablePeerAccess
+	cuDeviceGetStreamPriorityRange
+	cuStreamCreateWithPriority
+	cuStreamGetPriority
+	cuMallocAsync
+	cuFreeAsync
+	cuStreamBeginCapture
+	cuStreamEndCapture
+	cuStreamIsCapturing
+	cuGraphInstantiateWithFlags
+	cuGraphLaunch
+	cuGraphExecDestroy
+	cuGraphDestroy
 	numCUDASymbols
 )
 
@@ -185,12 +255,32 @@ var cudaSymbols = [numCUDASymbols]symbol{
 	cuEventSynchronize:      {name: "cudaEventSynchronize"},
 	cuEventQuery:            {name: "cudaEventQuery"},
 	// CUDA 12.8 added the _v2 form; accept whichever the runtime exports.
-	cuEventElapsedTime:     {name: "cudaEventElapsedTime", alt: "cudaEventElapsedTime_v2"},
-	cuEventDestroy:         {name: "cudaEventDestroy"},
-	cuPointerGetAttributes: {name: "cudaPointerGetAttributes"},
-	cuGetErrorName:         {name: "cudaGetErrorName"},
-	cuGetErrorString:       {name: "cudaGetErrorString"},
-	cuGetLastError:         {name: "cudaGetLastError"},
+	cuEventElapsedTime:             {name: "cudaEventElapsedTime", alt: "cudaEventElapsedTime_v2"},
+	cuEventDestroy:                 {name: "cudaEventDestroy"},
+	cuPointerGetAttributes:         {name: "cudaPointerGetAttributes"},
+	cuGetErrorName:                 {name: "cudaGetErrorName"},
+	cuGetErrorString:               {name: "cudaGetErrorString"},
+	cuGetLastError:                 {name: "cudaGetLastError"},
+	cuHostRegister:                 {name: "cudaHostRegister"},
+	cuHostUnregister:               {name: "cudaHostUnregister"},
+	cuDeviceGetAttribute:           {name: "cudaDeviceGetAttribute"},
+	cuDeviceCanAccessPeer:          {name: "cudaDeviceCanAccessPeer"},
+	cuDeviceEnablePeerAccess:       {name: "cudaDeviceEnablePeerAccess"},
+	cuDeviceDisablePeerAccess:      {name: "cudaDeviceDisablePeerAccess"},
+	cuDeviceGetStreamPriorityRange: {name: "cudaDeviceGetStreamPriorityRange"},
+	cuStreamCreateWithPriority:     {name: "cudaStreamCreateWithPriority"},
+	cuStreamGetPriority:            {name: "cudaStreamGetPriority"},
+	// Rows with a since (the CUDA release that added them) are optional: probed,
+	// and a call without them is an *UnsupportedError (see cudaOptional).
+	cuMallocAsync:               {name: "cudaMallocAsync", since: abi.V(11, 2, 0)},
+	cuFreeAsync:                 {name: "cudaFreeAsync", since: abi.V(11, 2, 0)},
+	cuStreamBeginCapture:        {name: "cudaStreamBeginCapture", since: abi.V(10, 1, 0)},
+	cuStreamEndCapture:          {name: "cudaStreamEndCapture", since: abi.V(10, 0, 0)},
+	cuStreamIsCapturing:         {name: "cudaStreamIsCapturing", since: abi.V(10, 0, 0)},
+	cuGraphInstantiateWithFlags: {name: "cudaGraphInstantiateWithFlags", since: abi.V(11, 4, 0)},
+	cuGraphLaunch:               {name: "cudaGraphLaunch", since: abi.V(10, 0, 0)},
+	cuGraphExecDestroy:          {name: "cudaGraphExecDestroy", since: abi.V(10, 0, 0)},
+	cuGraphDestroy:              {name: "cudaGraphDestroy", since: abi.V(10, 0, 0)},
 }
 
 func init() {

@@ -33,7 +33,15 @@ func (c *Comm) Wait(ctx context.Context, s Stream) error {
 		if err := c.AsyncError(); err != nil && !isInProgress(err) {
 			return false, err
 		}
-		return s.Query()
+		done, err := s.Query()
+		if done && err == nil {
+			// Work that failed and then finished between the two queries
+			// set the error before the stream went idle: look once more.
+			if err := c.AsyncError(); err != nil && !isInProgress(err) {
+				return false, err
+			}
+		}
+		return done, err
 	})
 	if err != nil && ctx.Err() != nil {
 		return c.abortAfter(err)

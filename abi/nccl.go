@@ -147,6 +147,17 @@ const (
 	SplitNoColor     = -1   // NCCL_SPLIT_NOCOLOR: the rank joins no new communicator
 	WinCollSymmetric = 0x01 // NCCL_WIN_COLL_SYMMETRIC (2.27)
 	WindowAlignment  = 4096 // windows are registered in whole pages
+
+	WinStrictOrdering = 0x02 // NCCL_WIN_STRICT_ORDERING (2.29.7)
+
+	CTAPolicyDefault    = 0x00 // NCCL_CTA_POLICY_DEFAULT (2.27)
+	CTAPolicyEfficiency = 0x01 // NCCL_CTA_POLICY_EFFICIENCY (2.27)
+	CTAPolicyZero       = 0x02 // NCCL_CTA_POLICY_ZERO (2.28)
+
+	ShrinkDefault = 0x00 // NCCL_SHRINK_DEFAULT (2.27): shrink a healthy parent
+	ShrinkAbort   = 0x01 // NCCL_SHRINK_ABORT (2.27): stop the parent's in-flight work first
+	RevokeDefault = 0x00 // NCCL_REVOKE_DEFAULT (2.28.7), the only revoke flag
+	SuspendMem    = 0x01 // NCCL_SUSPEND_MEM (2.29.7): release dynamic GPU memory
 )
 
 // UniqueIDBytes is NCCL_UNIQUE_ID_BYTES.
@@ -191,4 +202,13 @@ func (v Version) AtLeast(o Version) bool {
 		return v.Minor > o.Minor
 	}
 	return v.Patch >= o.Patch
+}
+
+// WaitSignalDesc is ncclWaitSignalDesc_t (2.29.2): how many signals to wait
+// for from one peer, on one signal index and context.
+type WaitSignalDesc struct {
+	OpCnt  int32 // signal operations to wait for, > 0
+	Peer   int32 // the rank that signals
+	SigIdx int32 // signal index; NCCL 2.29-2.30 take only 0
+	Ctx    int32 // context; NCCL 2.29-2.30 take only 0
 }

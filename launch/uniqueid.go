@@ -67,7 +67,7 @@ type Share struct {
 
 // UniqueID returns the id every rank of job passes to Library.InitRank. lib
 // is needed on rank 0 only (and on every rank with ViaCommID); other ranks
-// may pass nil.
+// may pass nil. A nil lib where one is needed is an error.
 //
 // ViaAuto takes, in this order: ViaFile when s.File is set; ViaCommID when
 // job.CommID is (NCCL_COMM_ID, or MASTER_ADDR:MASTER_PORT where no store
@@ -92,20 +92,26 @@ type Share struct {
 // error until ctx ends, since rank 0 replaces it. Rank 0 removes the file with
 // Cleanup.
 //
-// ViaCommID: NCCL_COMM_ID is set from job.CommID when unset, then every rank
-// calls lib.GetUniqueID. Under torchrun, MASTER_PORT is the agent's store: an
+// ViaCommID: NCCL_COMM_ID is set from job.CommID when unset (for the whole
+// process: every later GetUniqueID returns the same id), then every rank
+// calls lib.GetUniqueID. It serves one communicator: a Share.Name other than
+// the default is refused. Under torchrun, MASTER_PORT is the agent's store: an
 // NCCL_COMM_ID naming job.StoreAddr is refused (NCCL could not bind it).
 func UniqueID(ctx context.Context, lib *nccl.Library, job Job, s Share) (nccl.UniqueID, error) {
 	via, err := Choose(job, s)
 	if err != nil {
 		return nccl.UniqueID{}, err
 	}
+	if lib == nil && (via == ViaAuto || via == ViaCommID || job.Rank == 0) {
+		return nccl.UniqueID{}, fmt.Errorf("launch: unique id via %s (%s rank %d of %d): no library: rank 0, and every rank with NCCL_COMM_ID, calls GetUniqueID",
+			via, job.Launcher, job.Rank, job.Size)
+	}
 	var id nccl.UniqueID
 	switch via {
 	case ViaAuto: // a job of one
 		id, err = lib.GetUniqueID()
 	case ViaCommID:
-		id, err = viaCommID(lib, job)
+		id, err = viaCommID(lib, job, s.Name)
 	case ViaFile:
 		id, err = viaFile(ctx, lib, job, s.File)
 	case ViaStore:
@@ -163,7 +169,12 @@ func noWay(job Job) error {
 		job.Launcher, job.Size, set)
 }
 
-func viaCommID(lib *nccl.Library, job Job) (nccl.UniqueID, error) {
+func viaCommID(lib *nccl.Library, job Job, name string) (nccl.UniqueID, error) {
+	if name != "" && name != "default" {
+		// NCCL_COMM_ID makes every id of the process the same, and NCCL's
+		// root at that address serves one communicator at a time.
+		return nccl.UniqueID{}, fmt.Errorf("a communicator named %q: NCCL_COMM_ID gives one id per process, for one communicator; share the ids of further communicators another way (-idvia store or file, or over the first communicator)", name)
+	}
 	cur := os.Getenv("NCCL_COMM_ID")
 	if cur == "" {
 		if job.CommID == "" {

@@ -272,3 +272,36 @@ func TestUniqueIDCommID(t *testing.T) {
 		t.Errorf("no way: %v", err)
 	}
 }
+
+// TestUniqueIDNeedsLibrary: a nil library is an error where GetUniqueID must
+// run (rank 0, and every rank through NCCL_COMM_ID), never a panic.
+func TestUniqueIDNeedsLibrary(t *testing.T) {
+	t.Setenv("NCCL_COMM_ID", "127.0.0.1:29581")
+	for _, rank := range []int{0, 1} {
+		job, err := DetectWith(Options{Size: 2, Rank: rank, LocalRank: rank})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := UniqueID(context.Background(), nil, job, Share{}); err == nil || !strings.Contains(err.Error(), "no library") {
+			t.Fatalf("rank %d, nil library: %v", rank, err)
+		}
+	}
+}
+
+// TestUniqueIDCommIDOneName: NCCL_COMM_ID yields one id per process, so a
+// second communicator's name is refused on that way instead of silently
+// getting the first one's id.
+func TestUniqueIDCommIDOneName(t *testing.T) {
+	t.Setenv("NCCL_COMM_ID", "127.0.0.1:29582")
+	job, err := DetectWith(Options{Size: 2, Rank: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := openFake(t)
+	if _, err := UniqueID(context.Background(), lib, job, Share{Name: "pipeline"}); err == nil || !strings.Contains(err.Error(), `"pipeline"`) {
+		t.Fatalf("named communicator via NCCL_COMM_ID: %v", err)
+	}
+	if _, err := UniqueID(context.Background(), lib, job, Share{}); err != nil {
+		t.Fatalf("the default name: %v", err)
+	}
+}

@@ -3,7 +3,24 @@
  * order, later than it was enqueued (FAKECUDA_DELAY_US per item, default 200),
  * so a missing synchronize shows up as wrong data. Exports the CUDA runtime
  * functions gonccl calls, with CUDA's error codes, plus fakecuda_* helpers for
- * the fake NCCL. */
+ * the fake NCCL.
+ *
+ * Stream capture (CUDA graphs): a capturing stream records the copies, memsets
+ * and event records enqueued on it as graph nodes instead of running them;
+ * cudaStreamEndCapture makes a graph of them, instantiation copies the nodes
+ * and each cudaGraphLaunch enqueues them afresh on the launch stream. Calls
+ * that break a capture get CUDA's codes and invalidate it: a synchronize or
+ * query of the capturing stream (900), a "potentially unsafe" call (cudaMalloc,
+ * cudaFree, synchronous copies, cudaDeviceSynchronize ...) from the thread that
+ * began a thread-local capture or from any thread during a global one (900),
+ * legacy-stream work on a device whose blocking stream is capturing (906), an
+ * event recorded in a capture queried or synchronized (907), waiting inside a
+ * capture on an event recorded outside it (905), ending a non-relaxed capture
+ * on another thread (908, the capture stays open). Not modelled (refused with
+ * 900): cross-stream capture (another stream joining through an event),
+ * stream-ordered allocation inside a capture, and work enqueued by the fake
+ * NCCL (fakecuda_stream_enqueue): its items free themselves when run, so they
+ * cannot be replayed; capturing an NCCL operation on the fakes fails. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -18,8 +35,16 @@
 enum {
     cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
     cudaErrorNoDevice = 100, cudaErrorInvalidDevice = 101,
-    cudaErrorInvalidResourceHandle = 400, cudaErrorNotReady = 600,
+    cudaErrorInvalidResourceHandle = 400, cudaErrorIllegalState = 401, cudaErrorNotReady = 600,
+    cudaErrorPeerAccessAlreadyEnabled = 704, cudaErrorPeerAccessNotEnabled = 705,
+    cudaErrorHostMemoryAlreadyRegistered = 712, cudaErrorHostMemoryNotRegistered = 713,
+    cudaErrorStreamCaptureUnsupported = 900, cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureIsolation = 905, cudaErrorStreamCaptureImplicit = 906,
+    cudaErrorCapturedEvent = 907, cudaErrorStreamCaptureWrongThread = 908,
 };
+
+enum { capNone = 0, capActive = 1, capInvalidated = 2 };            /* cudaStreamCaptureStatus */
+enum { modeGlobal = 0, modeThreadLocal = 1, modeRelaxed = 2 };      /* cudaStreamCaptureMode */
 
 static pthread_mutex_t g = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER; /* any work item finished */
@@ -55,6 +80,7 @@ typedef struct alloc {
     char* base;
     size_t size;
     int dev;  /* -1 for page-locked host memory */
+    int registered; /* cudaHostRegister: the caller's memory, not ours to free */
     struct alloc* next;
 } alloc;
 static alloc* allocs;
@@ -105,7 +131,7 @@ static int remove_alloc(void* p, int host) {
     pthread_mutex_lock(&g);
     for (alloc** pa = &allocs; *pa; pa = &(*pa)->next) {
         alloc* a = *pa;
-        if (a->base == p && (a->dev < 0) == host) {
+        if (a->base == p && (a->dev < 0) == host && !a->registered) {
             *pa = a->next;
             pthread_mutex_unlock(&g);
             free(a->base);
@@ -131,14 +157,54 @@ typedef struct stream {
     unsigned magic;
     int dev;
     int nonblocking;
+    int priority;
     int stop;
     item *head, *tail; /* head stays queued while it runs */
+    int cap;                       /* capNone, capActive, capInvalidated */
+    int cap_mode;
+    pthread_t cap_thread;
+    struct node *cap_head, *cap_tail; /* the nodes captured so far */
     pthread_cond_t work;
     struct stream* next;
 } stream;
 static stream* streams;              /* live streams */
+static int peer_enabled[64][64];     /* [device][peer] */
 static stream* dying;                /* destroyed streams still running their queue */
 static stream* legacy[64];           /* the per-device NULL stream */
+
+/* A graph node: what a capture recorded. */
+enum { nodeCopy, nodeRecord };
+typedef struct node {
+    int kind;
+    void* dst;
+    const void* src; /* NULL: a memset of value */
+    size_t n;
+    int value;
+    struct event* e;
+    struct node* next;
+} node;
+
+
+static void free_nodes(node* n) {
+    while (n) {
+        node* next = n->next;
+        free(n);
+        n = next;
+    }
+}
+
+/* invalidate ends the usefulness of s's capture: later work on s fails with
+ * cudaErrorStreamCaptureInvalidated until cudaStreamEndCapture. g held. */
+static void invalidate(stream* s) {
+    if (s->cap == capActive) s->cap = capInvalidated;
+}
+
+/* unsafe_call reports (g held) whether the calling thread may not make a
+ * "potentially unsafe" call now, and invalidates the captures it would break. */
+static int unsafe_call(void);
+/* legacy_conflict reports (g held) whether work on device dev's legacy stream
+ * would join a capturing blocking stream, and invalidates those captures. */
+static int legacy_conflict(int dev);
 
 static void* worker(void* p) {
     stream* s = p;
@@ -197,12 +263,73 @@ static stream* resolve_on(void* h, int d) {
 /* resolve is resolve_on the calling thread's current device. */
 static stream* resolve(void* h) { return resolve_on(h, current_device); }
 
+static int unsafe_call(void) {
+    int bad = 0;
+    for (stream* s = streams; s; s = s->next)
+        if (s->cap == capActive && (s->cap_mode == modeGlobal ||
+                                    (s->cap_mode == modeThreadLocal && pthread_equal(s->cap_thread, pthread_self())))) {
+            invalidate(s);
+            bad = 1;
+        }
+    return bad;
+}
+
+static int legacy_conflict(int dev) {
+    int bad = 0;
+    for (stream* s = streams; s; s = s->next)
+        if (s->dev == dev && !s->nonblocking && s->cap != capNone) {
+            invalidate(s);
+            bad = 1;
+        }
+    return bad;
+}
+
+/* push queues an item on s, g held. */
+static void push(stream* s, void (*fn)(void*), void (*retire)(void*), void* arg) {
+    item* it = calloc(1, sizeof *it);
+    it->fn = fn;
+    it->retire = retire;
+    it->arg = arg;
+    if (s->tail) s->tail->next = it;
+    else s->head = it;
+    s->tail = it;
+    pthread_cond_signal(&s->work);
+}
+
+/* capture_check says, g held, what enqueuing on s means: 0 run it, -1 record
+ * it as a graph node, or an error (the capture was invalidated, or legacy work
+ * would join a capture). */
+static int capture_check(void* h, stream* s) {
+    if (!h && legacy_conflict(s->dev)) return cudaErrorStreamCaptureImplicit;
+    if (s->cap == capInvalidated) return cudaErrorStreamCaptureInvalidated;
+    return s->cap == capActive ? -1 : 0;
+}
+
+static void add_node(stream* s, node n) {
+    node* c = malloc(sizeof *c);
+    *c = n;
+    c->next = NULL;
+    if (s->cap_tail) s->cap_tail->next = c;
+    else s->cap_head = c;
+    s->cap_tail = c;
+}
+
 static int enqueue_on(void* h, int dev, void (*fn)(void*), void (*retire)(void*), void* arg) {
     pthread_mutex_lock(&g);
     stream* s = resolve_on(h, dev);
     if (!s) {
         pthread_mutex_unlock(&g);
         return cudaErrorInvalidResourceHandle;
+    }
+    int r = capture_check(h, s);
+    if (r) {
+        /* Work this fake cannot turn into a graph node (the fake NCCL's). */
+        if (r < 0) {
+            invalidate(s);
+            r = cudaErrorStreamCaptureUnsupported;
+        }
+        pthread_mutex_unlock(&g);
+        return r;
     }
     item* it = calloc(1, sizeof *it);
     it->fn = fn;
@@ -247,6 +374,42 @@ static void drain(int dev, int all) {
     }
 }
 
+/* The fake's priority range, as an H100's: 0 (least) to -5 (greatest). */
+#define PRIO_LEAST 0
+#define PRIO_GREATEST (-5)
+
+API int cudaStreamCreateWithPriority(void** out, unsigned flags, int priority) {
+    if (!out || flags > 1) return fail(cudaErrorInvalidValue);
+    if (current_device >= ndevices()) return fail(cudaErrorNoDevice);
+    /* As CUDA: a priority outside the range is clamped to it. */
+    if (priority > PRIO_LEAST) priority = PRIO_LEAST;
+    if (priority < PRIO_GREATEST) priority = PRIO_GREATEST;
+    pthread_mutex_lock(&g);
+    stream* s = new_stream(current_device, flags & 1);
+    s->priority = priority;
+    s->next = streams;
+    streams = s;
+    pthread_mutex_unlock(&g);
+    *out = s;
+    return cudaSuccess;
+}
+
+API int cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+    if (current_device >= ndevices()) return fail(cudaErrorNoDevice);
+    if (least) *least = PRIO_LEAST;
+    if (greatest) *greatest = PRIO_GREATEST;
+    return cudaSuccess;
+}
+
+API int cudaStreamGetPriority(void* h, int* prio) {
+    if (!prio) return fail(cudaErrorInvalidValue);
+    pthread_mutex_lock(&g);
+    stream* s = resolve(h);
+    if (s) *prio = s->priority;
+    pthread_mutex_unlock(&g);
+    return s ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
 API int cudaStreamCreateWithFlags(void** out, unsigned flags) {
     if (!out || flags > 1) return fail(cudaErrorInvalidValue);
     if (current_device >= ndevices()) return fail(cudaErrorNoDevice);
@@ -266,6 +429,11 @@ API int cudaStreamDestroy(void* h) {
     for (stream** ps = &streams; *ps; ps = &(*ps)->next) {
         if (*ps == h) {
             stream* s = *ps;
+            if (s->cap != capNone) {
+                invalidate(s);
+                pthread_mutex_unlock(&g);
+                return fail(cudaErrorStreamCaptureUnsupported);
+            }
             *ps = s->next;
             s->stop = 1; /* the worker finishes the queue, then frees it */
             s->next = dying;
@@ -286,6 +454,12 @@ API int cudaStreamSynchronize(void* h) {
         pthread_mutex_unlock(&g);
         return fail(cudaErrorInvalidResourceHandle);
     }
+    if (s->cap != capNone || (!h && legacy_conflict(s->dev))) {
+        int r = s->cap != capNone ? cudaErrorStreamCaptureUnsupported : cudaErrorStreamCaptureImplicit;
+        invalidate(s);
+        pthread_mutex_unlock(&g);
+        return fail(r);
+    }
     while (s->head) pthread_cond_wait(&done_cond, &g);
     pthread_mutex_unlock(&g);
     return cudaSuccess;
@@ -295,13 +469,30 @@ API int cudaStreamQuery(void* h) {
     pthread_mutex_lock(&g);
     stream* s = resolve(h);
     int r = !s ? cudaErrorInvalidResourceHandle : s->head ? cudaErrorNotReady : cudaSuccess;
+    if (s && s->cap != capNone) {
+        invalidate(s);
+        r = cudaErrorStreamCaptureUnsupported;
+    } else if (s && !h && legacy_conflict(s->dev))
+        r = cudaErrorStreamCaptureImplicit;
     pthread_mutex_unlock(&g);
-    return r == cudaErrorInvalidResourceHandle ? fail(r) : r;
+    return r && r != cudaErrorNotReady ? fail(r) : r;
 }
 
 API int cudaDeviceSynchronize(void) {
     if (current_device >= ndevices()) return fail(cudaErrorNoDevice);
     pthread_mutex_lock(&g);
+    /* Unsafe from the capturing thread; and it would wait for a capturing
+     * stream of the device (a conservative model: refused from any thread). */
+    int bad = unsafe_call();
+    for (stream* s = streams; s; s = s->next)
+        if (s->dev == current_device && s->cap != capNone) {
+            invalidate(s);
+            bad = 1;
+        }
+    if (bad) {
+        pthread_mutex_unlock(&g);
+        return fail(cudaErrorStreamCaptureUnsupported);
+    }
     drain(current_device, 1);
     pthread_mutex_unlock(&g);
     return cudaSuccess;
@@ -312,6 +503,7 @@ API int cudaDeviceSynchronize(void) {
 #define EVENT_MAGIC 0x45564e54u
 typedef struct event {
     unsigned magic;
+    stream* captured; /* the capturing stream its last record went into, or NULL */
     unsigned long recorded, completed; /* generations */
     struct timespec at;
     struct event* next;
@@ -368,10 +560,23 @@ static void retire_mark(void* p) {
 API int cudaEventRecord(void* h, void* st) {
     pthread_mutex_lock(&g);
     event* e = find_event(h);
-    if (!e || !resolve(st)) {
+    stream* s = resolve(st);
+    if (!e || !s) {
         pthread_mutex_unlock(&g);
         return fail(cudaErrorInvalidResourceHandle);
     }
+    int r = capture_check(st, s);
+    if (r > 0) {
+        pthread_mutex_unlock(&g);
+        return fail(r);
+    }
+    if (r < 0) {
+        e->captured = s;
+        add_node(s, (node){.kind = nodeRecord, .e = e});
+        pthread_mutex_unlock(&g);
+        return cudaSuccess;
+    }
+    e->captured = NULL;
     mark* m = malloc(sizeof *m);
     m->e = e;
     m->gen = ++e->recorded;
@@ -382,17 +587,18 @@ API int cudaEventRecord(void* h, void* st) {
 API int cudaEventQuery(void* h) {
     pthread_mutex_lock(&g);
     event* e = find_event(h);
-    int r = !e ? cudaErrorInvalidResourceHandle : e->completed < e->recorded ? cudaErrorNotReady : cudaSuccess;
+    int r = !e ? cudaErrorInvalidResourceHandle : e->captured ? cudaErrorCapturedEvent
+                                                : e->completed < e->recorded ? cudaErrorNotReady : cudaSuccess;
     pthread_mutex_unlock(&g);
-    return r == cudaErrorInvalidResourceHandle ? fail(r) : r;
+    return r && r != cudaErrorNotReady ? fail(r) : r;
 }
 
 API int cudaEventSynchronize(void* h) {
     pthread_mutex_lock(&g);
     event* e = find_event(h);
-    if (!e) {
+    if (!e || e->captured) {
         pthread_mutex_unlock(&g);
-        return fail(cudaErrorInvalidResourceHandle);
+        return fail(e ? cudaErrorCapturedEvent : cudaErrorInvalidResourceHandle);
     }
     while (e->completed < e->recorded) pthread_cond_wait(&done_cond, &g);
     pthread_mutex_unlock(&g);
@@ -422,9 +628,23 @@ static void run_wait(void* p) {
 API int cudaStreamWaitEvent(void* st, void* h, unsigned flags) {
     pthread_mutex_lock(&g);
     event* e = find_event(h);
-    if (!e || !resolve(st)) {
+    stream* s = resolve(st);
+    if (!e || !s) {
         pthread_mutex_unlock(&g);
         return fail(cudaErrorInvalidResourceHandle);
+    }
+    int r = capture_check(st, s);
+    if (r > 0 || (r == 0 && e->captured) || (r < 0 && e->captured != s)) {
+        /* Inside a capture, an event from outside it crosses the boundary
+         * (905); another stream joining a capture is not modelled (900). */
+        if (r == 0) r = cudaErrorStreamCaptureUnsupported, invalidate(e->captured);
+        else if (r < 0) r = e->captured ? cudaErrorStreamCaptureUnsupported : cudaErrorStreamCaptureIsolation, invalidate(s);
+        pthread_mutex_unlock(&g);
+        return fail(r);
+    }
+    if (r < 0) { /* recorded earlier in the same capture: the order holds */
+        pthread_mutex_unlock(&g);
+        return cudaSuccess;
     }
     mark* m = malloc(sizeof *m);
     m->e = e;
@@ -469,8 +689,21 @@ API int cudaDriverGetVersion(int* v) {
 
 /* ---- memory ---- */
 
+/* capture_guard refuses a potentially unsafe call during a capture (900) and,
+ * for a call that works through device dev's legacy stream, one that would
+ * join a capturing blocking stream (906); dev < 0: no legacy stream. */
+static int capture_guard(int dev) {
+    pthread_mutex_lock(&g);
+    int r = unsafe_call() ? cudaErrorStreamCaptureUnsupported
+            : dev >= 0 && dev < 64 && legacy_conflict(dev) ? cudaErrorStreamCaptureImplicit : cudaSuccess;
+    pthread_mutex_unlock(&g);
+    return r;
+}
+
 API int cudaMalloc(void** p, size_t n) {
     if (!ndevices()) return fail(cudaErrorNoDevice);
+    int r = capture_guard(-1);
+    if (r) return fail(r);
     return add_alloc(p, n, current_device);
 }
 /* cudaFree and cudaFreeHost synchronize as CUDA's do: the memory is given back
@@ -488,6 +721,8 @@ static void drain_for(void* p) {
 }
 
 API int cudaFree(void* p) {
+    int r = capture_guard(current_device);
+    if (r) return fail(r);
     drain_for(p);
     return remove_alloc(p, 0);
 }
@@ -506,8 +741,13 @@ API int cudaMemGetInfo(size_t* freeb, size_t* total) {
     *freeb = used < FAKE_DEVICE_BYTES ? FAKE_DEVICE_BYTES - used : 0;
     return cudaSuccess;
 }
-API int cudaMallocHost(void** p, size_t n) { return add_alloc(p, n, -1); }
+API int cudaMallocHost(void** p, size_t n) {
+    int r = capture_guard(-1);
+    return r ? fail(r) : add_alloc(p, n, -1);
+}
 API int cudaFreeHost(void* p) {
+    int r = capture_guard(-1);
+    if (r) return fail(r);
     drain_for(p);
     return remove_alloc(p, 1);
 }
@@ -562,7 +802,7 @@ static int pageable(const void* p) {
 
 API int cudaMemcpy(void* dst, const void* src, size_t n, int kind) {
     int r = check_copy(dst, src, n, kind);
-    if (r) return fail(r);
+    if (r || (r = capture_guard(current_device))) return fail(r);
     pthread_mutex_lock(&g);
     drain(current_device, 0);
     pthread_mutex_unlock(&g);
@@ -583,9 +823,21 @@ API int cudaMemcpy(void* dst, const void* src, size_t n, int kind) {
     return cudaSuccess;
 }
 
+/* capture_or_run records n as a node when st is capturing (0), returns an
+ * error, or returns -1: run it. */
+static int capture_or_run(void* st, node n) {
+    pthread_mutex_lock(&g);
+    stream* s = resolve(st);
+    int r = s ? capture_check(st, s) : 0; /* enqueue reports a bad handle */
+    if (r < 0) add_node(s, n);
+    pthread_mutex_unlock(&g);
+    return r < 0 ? 0 : r > 0 ? r : -1;
+}
+
 API int cudaMemcpyAsync(void* dst, const void* src, size_t n, int kind, void* st) {
     int r = check_copy(dst, src, n, kind);
     if (r) return fail(r);
+    if ((r = capture_or_run(st, (node){.kind = nodeCopy, .dst = dst, .src = src, .n = n})) >= 0) return r ? fail(r) : r;
     copy* c = malloc(sizeof *c);
     *c = (copy){dst, src, n, 0};
     if ((r = enqueue(st, run_copy, NULL, c))) {
@@ -597,6 +849,8 @@ API int cudaMemcpyAsync(void* dst, const void* src, size_t n, int kind, void* st
 
 API int cudaMemset(void* p, int value, size_t n) {
     if (n && fakecuda_ptr_device(p, n) < 0) return fail(cudaErrorInvalidValue);
+    int r = capture_guard(current_device);
+    if (r) return fail(r);
     pthread_mutex_lock(&g);
     drain(current_device, 0);
     pthread_mutex_unlock(&g);
@@ -606,9 +860,11 @@ API int cudaMemset(void* p, int value, size_t n) {
 
 API int cudaMemsetAsync(void* p, int value, size_t n, void* st) {
     if (n && fakecuda_ptr_device(p, n) < 0) return fail(cudaErrorInvalidValue);
+    int r = capture_or_run(st, (node){.kind = nodeCopy, .dst = p, .n = n, .value = value});
+    if (r >= 0) return r ? fail(r) : r;
     copy* c = malloc(sizeof *c);
     *c = (copy){p, NULL, n, value};
-    int r = enqueue(st, run_copy, NULL, c);
+    r = enqueue(st, run_copy, NULL, c);
     if (r) {
         free(c);
         return fail(r);
@@ -640,6 +896,299 @@ API int cudaPointerGetAttributes(struct cudaPointerAttributes* a, const void* p)
     return cudaSuccess;
 }
 
+/* ---- host memory registration ---- */
+
+API int cudaHostRegister(void* p, size_t size, unsigned flags) {
+    if (!p || !size || flags > 15) return fail(cudaErrorInvalidValue);
+    int r = capture_guard(-1);
+    if (r) return fail(r);
+    pthread_mutex_lock(&g);
+    for (alloc* a = allocs; a; a = a->next)
+        if ((char*)p < a->base + a->size && a->base < (char*)p + size) {
+            pthread_mutex_unlock(&g);
+            return fail(cudaErrorHostMemoryAlreadyRegistered);
+        }
+    alloc* a = calloc(1, sizeof *a);
+    a->base = p;
+    a->size = size;
+    a->dev = -1;
+    a->registered = 1;
+    a->next = allocs;
+    allocs = a;
+    pthread_mutex_unlock(&g);
+    return cudaSuccess;
+}
+
+API int cudaHostUnregister(void* p) {
+    int r = capture_guard(-1);
+    if (r) return fail(r);
+    pthread_mutex_lock(&g);
+    for (alloc** pa = &allocs; *pa; pa = &(*pa)->next) {
+        alloc* a = *pa;
+        if (a->base == p && a->registered) {
+            *pa = a->next;
+            pthread_mutex_unlock(&g);
+            free(a);
+            return cudaSuccess;
+        }
+    }
+    pthread_mutex_unlock(&g);
+    return fail(cudaErrorHostMemoryNotRegistered);
+}
+
+/* ---- device attributes and peer access ---- */
+
+static int valid_device(int d) { return d >= 0 && d < ndevices() && d < 64; }
+
+/* A fake device is an H100: compute capability 9.0, 132 SMs. */
+API int cudaDeviceGetAttribute(int* v, int attr, int dev) {
+    if (!v) return fail(cudaErrorInvalidValue);
+    if (!valid_device(dev)) return fail(cudaErrorInvalidDevice);
+    switch (attr) {
+    case 10: *v = 32; break;              /* cudaDevAttrWarpSize */
+    case 16: *v = 132; break;             /* cudaDevAttrMultiProcessorCount */
+    case 19: *v = 1; break;               /* cudaDevAttrCanMapHostMemory */
+    case 33: *v = 0x10 + dev; break;      /* cudaDevAttrPciBusId */
+    case 34: *v = 0; break;               /* cudaDevAttrPciDeviceId */
+    case 38: *v = 50 << 20; break;        /* cudaDevAttrL2CacheSize */
+    case 41: *v = 1; break;               /* cudaDevAttrUnifiedAddressing */
+    case 50: *v = 0; break;               /* cudaDevAttrPciDomainId */
+    case 75: *v = 9; break;               /* cudaDevAttrComputeCapabilityMajor */
+    case 76: *v = 0; break;               /* cudaDevAttrComputeCapabilityMinor */
+    case 115: *v = 1; break;              /* cudaDevAttrMemoryPoolsSupported */
+    default: return fail(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+
+/* Every pair of distinct fake devices can reach each other, unless
+ * FAKECUDA_NO_PEER is set. */
+API int cudaDeviceCanAccessPeer(int* can, int dev, int peer) {
+    if (!can) return fail(cudaErrorInvalidValue);
+    if (!valid_device(dev) || !valid_device(peer)) return fail(cudaErrorInvalidDevice);
+    *can = dev != peer && !getenv("FAKECUDA_NO_PEER");
+    return cudaSuccess;
+}
+
+API int cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
+    if (flags) return fail(cudaErrorInvalidValue);
+    if (!valid_device(peer) || peer == current_device || !valid_device(current_device)) return fail(cudaErrorInvalidDevice);
+    if (getenv("FAKECUDA_NO_PEER")) return fail(cudaErrorInvalidDevice);
+    pthread_mutex_lock(&g);
+    int was = peer_enabled[current_device][peer];
+    peer_enabled[current_device][peer] = 1;
+    pthread_mutex_unlock(&g);
+    return was ? fail(cudaErrorPeerAccessAlreadyEnabled) : cudaSuccess;
+}
+
+API int cudaDeviceDisablePeerAccess(int peer) {
+    if (!valid_device(peer) || !valid_device(current_device)) return fail(cudaErrorInvalidDevice);
+    pthread_mutex_lock(&g);
+    int was = peer_enabled[current_device][peer];
+    peer_enabled[current_device][peer] = 0;
+    pthread_mutex_unlock(&g);
+    return was ? cudaSuccess : fail(cudaErrorPeerAccessNotEnabled);
+}
+
+/* ---- stream-ordered allocation ---- */
+
+API int cudaMallocAsync(void** p, size_t n, void* st) {
+    if (!p) return fail(cudaErrorInvalidValue);
+    pthread_mutex_lock(&g);
+    stream* s = resolve(st);
+    int r = !s ? cudaErrorInvalidResourceHandle : capture_check(st, s);
+    int dev = s ? s->dev : 0;
+    if (r < 0) invalidate(s), r = cudaErrorStreamCaptureUnsupported; /* not modelled */
+    pthread_mutex_unlock(&g);
+    if (r) return fail(r);
+    /* The memory exists at once; CUDA makes it usable in stream order. */
+    return add_alloc(p, n, dev);
+}
+
+static void run_free(void* p) { remove_alloc(p, 0); }
+
+API int cudaFreeAsync(void* p, void* st) {
+    pthread_mutex_lock(&g);
+    alloc* a = find_alloc(p);
+    int bad = !a || a->base != p || a->dev < 0;
+    stream* s = resolve(st);
+    int r = !s ? cudaErrorInvalidResourceHandle : capture_check(st, s);
+    if (r < 0) invalidate(s), r = cudaErrorStreamCaptureUnsupported; /* not modelled */
+    pthread_mutex_unlock(&g);
+    if (bad) return fail(cudaErrorInvalidValue);
+    if (r) return fail(r);
+    return (r = enqueue(st, run_free, NULL, p)) ? fail(r) : r;
+}
+
+/* ---- stream capture and graphs ---- */
+
+#define GRAPH_MAGIC 0x47524150u
+#define EXEC_MAGIC 0x47455845u
+typedef struct graph {
+    unsigned magic;
+    node* nodes;
+    struct graph* next;
+} graph;
+static graph *graphs, *execs; /* live cudaGraph_t and cudaGraphExec_t */
+
+static graph* find_graph(graph* list, void* h) {
+    for (graph* x = list; x; x = x->next)
+        if (x == h) return x;
+    return NULL;
+}
+
+static node* copy_nodes(const node* n) {
+    node *head = NULL, **tail = &head;
+    for (; n; n = n->next) {
+        node* c = malloc(sizeof *c);
+        *c = *n;
+        c->next = NULL;
+        *tail = c;
+        tail = &c->next;
+    }
+    return head;
+}
+
+API int cudaStreamBeginCapture(void* h, int mode) {
+    if (mode < modeGlobal || mode > modeRelaxed) return fail(cudaErrorInvalidValue);
+    if (!h) return fail(cudaErrorStreamCaptureUnsupported); /* the legacy stream cannot capture */
+    pthread_mutex_lock(&g);
+    stream* s = resolve(h);
+    int r = !s ? cudaErrorInvalidResourceHandle : s->cap != capNone ? cudaErrorIllegalState : cudaSuccess;
+    if (!r) {
+        s->cap = capActive;
+        s->cap_mode = mode;
+        s->cap_thread = pthread_self();
+        s->cap_head = s->cap_tail = NULL;
+    }
+    pthread_mutex_unlock(&g);
+    return r ? fail(r) : r;
+}
+
+API int cudaStreamEndCapture(void* h, void** out) {
+    if (!out) return fail(cudaErrorInvalidValue);
+    if (!h) return fail(cudaErrorIllegalState);
+    pthread_mutex_lock(&g);
+    stream* s = resolve(h);
+    int r = !s ? cudaErrorInvalidResourceHandle : s->cap == capNone ? cudaErrorIllegalState : cudaSuccess;
+    if (!r && s->cap_mode != modeRelaxed && !pthread_equal(s->cap_thread, pthread_self()))
+        r = cudaErrorStreamCaptureWrongThread; /* the capture stays open */
+    if (r) {
+        pthread_mutex_unlock(&g);
+        return fail(r);
+    }
+    for (event* e = events; e; e = e->next)
+        if (e->captured == s) e->captured = NULL;
+    node* nodes = s->cap_head;
+    int invalid = s->cap == capInvalidated;
+    s->cap = capNone;
+    s->cap_head = s->cap_tail = NULL;
+    *out = NULL;
+    if (invalid) {
+        free_nodes(nodes);
+        pthread_mutex_unlock(&g);
+        return fail(cudaErrorStreamCaptureInvalidated);
+    }
+    graph* gr = calloc(1, sizeof *gr);
+    gr->magic = GRAPH_MAGIC;
+    gr->nodes = nodes;
+    gr->next = graphs;
+    graphs = gr;
+    pthread_mutex_unlock(&g);
+    *out = gr;
+    return cudaSuccess;
+}
+
+API int cudaStreamIsCapturing(void* h, int* status) {
+    if (!status) return fail(cudaErrorInvalidValue);
+    pthread_mutex_lock(&g);
+    stream* s = resolve(h);
+    int r = !s ? cudaErrorInvalidResourceHandle : !h && legacy_conflict(s->dev) ? cudaErrorStreamCaptureImplicit : cudaSuccess;
+    if (!r) *status = s->cap;
+    pthread_mutex_unlock(&g);
+    return r ? fail(r) : r;
+}
+
+static int instantiate(void** out, void* gh, unsigned long long flags) {
+    if (!out || flags > 15) return fail(cudaErrorInvalidValue);
+    pthread_mutex_lock(&g);
+    graph* gr = find_graph(graphs, gh);
+    if (!gr) {
+        pthread_mutex_unlock(&g);
+        return fail(cudaErrorInvalidResourceHandle);
+    }
+    graph* x = calloc(1, sizeof *x);
+    x->magic = EXEC_MAGIC;
+    x->nodes = copy_nodes(gr->nodes);
+    x->next = execs;
+    execs = x;
+    pthread_mutex_unlock(&g);
+    *out = x;
+    return cudaSuccess;
+}
+
+/* Both CUDA 12+ forms: cudaGraphInstantiate took (exec, graph, errNode, log,
+ * logSize) before CUDA 12; gonccl calls cudaGraphInstantiateWithFlags. */
+API int cudaGraphInstantiateWithFlags(void** out, void* gh, unsigned long long flags) { return instantiate(out, gh, flags); }
+API int cudaGraphInstantiate(void** out, void* gh, unsigned long long flags) { return instantiate(out, gh, flags); }
+
+API int cudaGraphLaunch(void* xh, void* st) {
+    pthread_mutex_lock(&g);
+    graph* x = find_graph(execs, xh);
+    stream* s = resolve(st);
+    int r = !x || !s ? cudaErrorInvalidResourceHandle : capture_check(st, s);
+    if (r > 0) {
+        pthread_mutex_unlock(&g);
+        return fail(r);
+    }
+    for (node* n = x->nodes; n; n = n->next) {
+        if (r < 0) { /* launched inside a capture: the nodes join it */
+            add_node(s, *n);
+            if (n->kind == nodeRecord) n->e->captured = s;
+        } else if (n->kind == nodeCopy) {
+            copy* c = malloc(sizeof *c);
+            *c = (copy){n->dst, n->src, n->n, n->value};
+            push(s, run_copy, NULL, c);
+        } else {
+            mark* m = malloc(sizeof *m);
+            m->e = n->e;
+            m->gen = ++n->e->recorded;
+            n->e->captured = NULL;
+            push(s, NULL, retire_mark, m);
+        }
+    }
+    pthread_mutex_unlock(&g);
+    return cudaSuccess;
+}
+
+static int destroy_graph(graph** list, void* h) {
+    pthread_mutex_lock(&g);
+    for (graph** px = list; *px; px = &(*px)->next)
+        if (*px == h) {
+            graph* x = *px;
+            *px = x->next;
+            pthread_mutex_unlock(&g);
+            free_nodes(x->nodes);
+            free(x);
+            return cudaSuccess;
+        }
+    pthread_mutex_unlock(&g);
+    return fail(cudaErrorInvalidResourceHandle);
+}
+
+API int cudaGraphExecDestroy(void* h) { return destroy_graph(&execs, h); }
+API int cudaGraphDestroy(void* h) { return destroy_graph(&graphs, h); }
+
+/* fakecuda_live_graphs counts graphs and executable graphs not destroyed. */
+API long fakecuda_live_graphs(void) {
+    long n = 0;
+    pthread_mutex_lock(&g);
+    for (graph* x = graphs; x; x = x->next) n++;
+    for (graph* x = execs; x; x = x->next) n++;
+    pthread_mutex_unlock(&g);
+    return n;
+}
+
 /* ---- errors ---- */
 
 API const char* cudaGetErrorName(int e) {
@@ -651,6 +1200,17 @@ API const char* cudaGetErrorName(int e) {
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorPeerAccessAlreadyEnabled: return "cudaErrorPeerAccessAlreadyEnabled";
+    case cudaErrorPeerAccessNotEnabled: return "cudaErrorPeerAccessNotEnabled";
+    case cudaErrorHostMemoryAlreadyRegistered: return "cudaErrorHostMemoryAlreadyRegistered";
+    case cudaErrorHostMemoryNotRegistered: return "cudaErrorHostMemoryNotRegistered";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorCapturedEvent: return "cudaErrorCapturedEvent";
+    case cudaErrorStreamCaptureWrongThread: return "cudaErrorStreamCaptureWrongThread";
     }
     return "cudaErrorUnknown";
 }
@@ -664,6 +1224,17 @@ API const char* cudaGetErrorString(int e) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
+    case cudaErrorPeerAccessNotEnabled: return "peer access has not been enabled";
+    case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
+    case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
     }
     return "unknown error";
 }

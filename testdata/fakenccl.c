@@ -42,6 +42,7 @@
  * Variants: the default is NCCL 2.28.3; -DFAKENCCL_OLD is 2.14.3 (no Split,
  * Register, MemAlloc, windows, AlltoAll/Gather/Scatter, InitRankScalable, fp8);
  * -DFAKENCCL_VCCL=11 or =10 is VCCL 2.29.2 with ncclAlltoAllv in that ABI;
+ * -DFAKENCCL_230 is NCCL 2.30.7 with the newer host API (revoke, grow, ...);
  * -DFAKENCCL_BROKEN lacks ncclCommInitRank; -DFAKENCCL_VERSION_CODE=N reports N.
  * Registering a symmetric window is collective, as in NCCL: every rank of the
  * communicator must call it, and each call waits for the others.
@@ -73,6 +74,10 @@
 #define VERSION_CODE 21403
 #define HAS_228 0
 #define NUM_TYPES 10
+#elif defined(FAKENCCL_230)
+#define VERSION_CODE 23007
+#define HAS_228 1
+#define NUM_TYPES 12
 #elif defined(FAKENCCL_VCCL)
 #define VERSION_CODE 22902
 #define HAS_228 1
@@ -81,6 +86,12 @@
 #define VERSION_CODE 22803
 #define HAS_228 1
 #define NUM_TYPES 12
+#endif
+/* HAS_230: the 2.28.7-2.30 host API (revoke, grow, one-sided RMA, suspend, ...). */
+#ifdef FAKENCCL_230
+#define HAS_230 1
+#else
+#define HAS_230 0
 #endif
 #ifdef FAKENCCL_VERSION_CODE
 #undef VERSION_CODE
@@ -531,6 +542,12 @@ typedef struct clique {
     /* symmetric window registration rendezvous */
     long win_seq;
     int win_arrived, win_left, win_delivered;
+    /* ncclCommShrink rendezvous of the ranks that stay */
+    long shrink_seq;
+    int shrink_arrived, shrink_left, shrink_bad;
+    uint64_t shrink_excluded, shrink_base;
+    /* ncclCommGetUniqueId: the outstanding grow id's key, 0 when none */
+    uint64_t grow_key;
     struct clique* next;
 } clique;
 static clique* cliques;
@@ -542,6 +559,7 @@ typedef struct window {
     size_t size;
     int flags;
     struct window* next;
+    long seq; /* a symmetric window: its place among the communicator's collective registrations */
 } window;
 typedef struct comm {
     unsigned magic;
@@ -555,6 +573,11 @@ typedef struct comm {
     long send_seq[MAXR], recv_seq[MAXR];
     int pending;    /* work items not yet run */
     int aborted;    /* ncclCommAbort was called: waits on peers give up, as NCCL's abort flag makes them */
+    int revoked;    /* ncclCommRevoke: in-flight work stops, new operations are refused */
+    int halted;     /* ncclCommShrink(NCCL_SHRINK_ABORT) is stopping the in-flight work */
+    int suspended;  /* ncclCommSuspend(NCCL_SUSPEND_MEM) */
+    long shrink_seq;
+    long sig_recv[MAXR], sig_taken[MAXR]; /* one-sided signals received from each peer; those waited for */
     int blocking;
     uint64_t connected; /* ranks this communicator has connected to (lazily, at its first operations) */
     int cfg[32];    /* config ints by field index; INT_MIN when undefined */
@@ -579,6 +602,8 @@ typedef struct comm {
 static comm* all_comms; /* every comm ever made, live or dead */
 
 static int is_aborted(comm* c) { return c && __atomic_load_n(&c->aborted, __ATOMIC_RELAXED); }
+/* stopped: in-flight work quits (g held): an abort, a revoke, or a shrink's abort flag. */
+static int stopped(comm* c) { return c->aborted || c->revoked || c->halted; }
 
 /* Every thread the fake starts is named "fakenccl-...": tests count them. */
 static void name_thread(const char* name) { pthread_setname_np(pthread_self(), name); }
@@ -1275,6 +1300,7 @@ static void* finalize_later(void* p) {
 API ncclResult_t ncclCommFinalize(comm* c) {
     ncclResult_t r = live(c, "ncclCommFinalize");
     if (r) return r;
+    if (c->revoked) return fail(ncclInvalidArgument, "ncclCommFinalize: calling ncclCommFinalize after ncclCommRevoke is invalid");
     if (!c->blocking) {
         c->async = ncclInProgress;
         pthread_t th;
@@ -1669,11 +1695,12 @@ static void check_calls(slot* s, int n) {
 static void mismatch(comm* c, long seq, const char* why) {
     static uint64_t printed_key;
     static long printed_seq = -1;
+    /* The text first: a waiter that sees the error reads it at once. */
+    if (!c->proxy) fail(ncclInvalidUsage, "%s", why);
     pthread_mutex_lock(&g);
     set_sticky(c, ncclInvalidUsage);
     pthread_mutex_unlock(&g);
     if (c->proxy) return; /* its own process says it */
-    fail(ncclInvalidUsage, "%s", why);
     pthread_mutex_lock(&errmu);
     if (printed_key != c->key || printed_seq != seq) {
         printed_key = c->key;
@@ -1693,8 +1720,8 @@ static ncclResult_t run_collective(task* me, char* why, size_t whylen) {
     int n = me->c->nranks;
     pthread_mutex_lock(&g);
     slot* s = &q->slots[me->seq % SLOTS];
-    while (s->busy && s->seq != me->seq && !me->c->aborted) pthread_cond_wait(&gc, &g);
-    if (me->c->aborted) {
+    while (s->busy && s->seq != me->seq && !stopped(me->c)) pthread_cond_wait(&gc, &g);
+    if (stopped(me->c)) {
         pthread_mutex_unlock(&g);
         return ncclSuccess;
     }
@@ -1706,12 +1733,12 @@ static ncclResult_t run_collective(task* me, char* why, size_t whylen) {
     s->task[me->c->rank] = me;
     s->arrived++;
     pthread_cond_broadcast(&gc);
-    while (s->arrived < n && !me->c->aborted) pthread_cond_wait(&gc, &g);
-    if (!me->c->aborted && !s->checked) check_calls(s, n);
+    while (s->arrived < n && !stopped(me->c)) pthread_cond_wait(&gc, &g);
+    if (!stopped(me->c) && !s->checked) check_calls(s, n);
     int bad = s->bad;
     if (bad) snprintf(why, whylen, "%s", s->why);
     pthread_mutex_unlock(&g);
-    if (me->c->aborted) return ncclSuccess; /* the kernel quits on NCCL's abort flag */
+    if (stopped(me->c)) return ncclSuccess; /* the kernel quits on NCCL's abort flag */
 
     size_t bytes = out_bytes(me);
     char* out = receives(me) && !bad ? malloc(bytes ? bytes : 1) : NULL;
@@ -1721,9 +1748,9 @@ static ncclResult_t run_collective(task* me, char* why, size_t whylen) {
     pthread_mutex_lock(&g);
     s->computed++;
     pthread_cond_broadcast(&gc);
-    while (s->computed < n && !me->c->aborted) pthread_cond_wait(&gc, &g);
+    while (s->computed < n && !stopped(me->c)) pthread_cond_wait(&gc, &g);
     pthread_mutex_unlock(&g);
-    if (me->c->aborted) {
+    if (stopped(me->c)) {
         free(out);
         return ncclSuccess;
     }
@@ -1733,7 +1760,7 @@ static ncclResult_t run_collective(task* me, char* why, size_t whylen) {
     s->left++;
     if (me->c->proxy) me->owed = 1; /* collective_delivered, once its remote rank has it */
     else /* the hub's own ranks end after the remote ranks have their results: the process may exit next */
-        while (s->busy && s->seq == me->seq && s->delivered < q->nproxies && !me->c->aborted) pthread_cond_wait(&gc, &g);
+        while (s->busy && s->seq == me->seq && s->delivered < q->nproxies && !stopped(me->c)) pthread_cond_wait(&gc, &g);
     if (s->busy && s->seq == me->seq && s->left == n && s->delivered == q->nproxies) s->busy = 0;
     pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
@@ -1760,7 +1787,7 @@ static ncclResult_t run_p2p(task* batch) {
         for (;;) {
             for (m = q->mail; m; m = m->next)
                 if (!m->taken && m->src == t->peer && m->dst == t->c->rank && m->seq == t->seq) break;
-            if (m || t->c->aborted) break;
+            if (m || stopped(t->c)) break;
             pthread_cond_wait(&gc, &g);
         }
         if (!m) continue; /* aborted */
@@ -1787,7 +1814,7 @@ static ncclResult_t run_p2p(task* batch) {
                 free(m);
                 break;
             }
-            if (t->c->aborted) break;
+            if (stopped(t->c)) break;
             pthread_cond_wait(&gc, &g);
         }
     }
@@ -1871,10 +1898,10 @@ static void remote_p2p(task* batch) {
         if (bytes) memcpy(t->recv, bytes, k);
     }
     if (res) {
+        fail(res, "%s", why); /* the text before the error a waiter sees */
         pthread_mutex_lock(&g);
         set_sticky(c, res);
         pthread_mutex_unlock(&g);
-        fail(res, "%s", why);
     }
     free(p);
 }
@@ -1969,12 +1996,12 @@ static int connect_wait(comm* c, uint64_t need, const char* fn, int note_fd) {
         dl.tv_nsec -= 1000000000;
     }
     int warned = 0;
-    while (missing(q, need) >= 0 && !c->aborted) {
+    while (missing(q, need) >= 0 && !stopped(c)) {
         if (warned) {
             pthread_cond_wait(&gc, &g);
             continue;
         }
-        if (pthread_cond_timedwait(&gc, &g, &dl) != ETIMEDOUT || missing(q, need) < 0 || c->aborted) continue;
+        if (pthread_cond_timedwait(&gc, &g, &dl) != ETIMEDOUT || missing(q, need) < 0 || stopped(c)) continue;
         warned = 1;
         char text[400];
         snprintf(text, sizeof text,
@@ -1993,7 +2020,7 @@ static int connect_wait(comm* c, uint64_t need, const char* fn, int note_fd) {
         }
         pthread_mutex_lock(&g);
     }
-    return c->aborted ? -1 : 0;
+    return stopped(c) ? -1 : 0;
 }
 
 /* connect_first makes the connections a launch's tasks still need, as NCCL
@@ -2103,11 +2130,16 @@ static ncclResult_t launch(task* list, const char* fn) {
         c->pending++;
         if (c->remote) item->ticket = c->ticket_next++;
         pthread_mutex_unlock(&g);
-        if (fakecuda_stream_enqueue(st, c->dev, run_item, item)) {
+        int e = fakecuda_stream_enqueue(st, c->dev, run_item, item);
+        if (e) {
             pthread_mutex_lock(&g);
             c->pending--;
             if (c->remote) c->ticket_next--;
             pthread_mutex_unlock(&g);
+            free_tasks(item);
+            free_tasks(list);
+            if (e == 900) /* cudaErrorStreamCaptureUnsupported */
+                return fail(ncclUnhandledCudaError, "stream %p is capturing a CUDA graph: the fake NCCL cannot be captured yet", st);
             return fail(ncclUnhandledCudaError, "invalid stream %p", st);
         }
     }
@@ -2205,6 +2237,8 @@ static ncclResult_t enqueue_checked(int kind, const char* fn, const void* send, 
                             int root, comm* c, void* stream) {
     ncclResult_t r = live(c, fn);
     if (r) return r;
+    if (c->revoked) return fail(ncclInvalidUsage, "%s : communicator was revoked", fn);
+    if (c->suspended) return fail(ncclInvalidUsage, "%s : communicator is suspended", fn);
     if (type < 0 || type >= NUM_TYPES) return fail(ncclInvalidArgument, "%s : invalid type %d", fn, type);
     int isop = kind == kAllReduce || kind == kReduce || kind == kReduceScatter;
     if (isop && (op < 0 || (op >= opPreMul && (op - opPreMul >= 32 || !c->premul_used[op - opPreMul]))))
@@ -2453,7 +2487,7 @@ static void register_window(comm* c, void* buff, size_t size, window** win, int 
         win_barrier(c);
     }
     window* w = calloc(1, sizeof *w);
-    *w = (window){buff, size, flags, NULL};
+    *w = (window){buff, size, flags, NULL, (flags & 1) && !c->remote ? c->win_seq - 1 : -1};
     pthread_mutex_lock(&g);
     w->next = c->windows;
     c->windows = w;
@@ -2477,6 +2511,722 @@ API ncclResult_t ncclCommWindowDeregister(comm* c, window* w) {
 }
 #endif
 
+/* ---- fault tolerance: ncclCommShrink (2.27), ncclCommRevoke (2.28.7),
+ * ncclCommGetUniqueId and ncclCommGrow (2.29.2) ----
+ *
+ * Modelled for cliques whose ranks all live in this process; a rank of a
+ * clique spread over processes gets ncclInvalidUsage. A shrink's ranks that
+ * stay meet over the parent's clique (the excluded ones may be dead) and form
+ * a new clique, renumbered in order; NCCL_SHRINK_ABORT first stops the
+ * parent's in-flight work (it returns, its results lost), the default waits
+ * for it. A revoke stops the in-flight work, refuses new operations
+ * (ncclInvalidUsage) and makes ncclCommFinalize invalid; destroy, split and
+ * shrink still work. A grow id names a new clique of nRanks: the existing
+ * ranks keep their numbers, the new ranks take the others; the id is
+ * consumed once the new communicator is formed. */
+
+#if HAS_228
+static int one_process(comm* c) { return !c->remote && !(c->c && c->c->nproxies); }
+
+/* A communicator made from a parent by shrink or grow, run as ncclCommSplit
+ * runs: a non-blocking one completes on a thread, the parent in progress
+ * until then, the new handle written only when done. */
+typedef struct deriver {
+    comm *parent, *nc, **out;
+    int grow;          /* 0: shrink, 1: grow */
+    uint64_t excluded; /* shrink */
+    int flags;
+    int nranks, has_id; /* grow */
+    uint64_t idkey;
+} deriver;
+
+/* shrink_meet is the rendezvous of the ranks that stay: it returns the new
+ * size and this rank's place, -1 if aborted, -2 if the ranks' exclusion lists
+ * differ (the parent cannot shrink again after that). */
+static int shrink_meet(comm* c, comm* nc, uint64_t excluded, int* me, uint64_t* newkey) {
+    clique* q = c->c;
+    int size = c->nranks - __builtin_popcountll(excluded);
+    pthread_mutex_lock(&g);
+    long seq = c->shrink_seq++;
+    while (q->shrink_seq != seq && !q->shrink_bad && !nc->aborted && !c->aborted) pthread_cond_wait(&gc, &g);
+    if (!q->shrink_bad && !nc->aborted && !c->aborted) {
+        if (q->shrink_arrived == 0) {
+            q->shrink_base = new_key();
+            q->shrink_excluded = excluded;
+        } else if (q->shrink_excluded != excluded) {
+            q->shrink_bad = 1;
+        }
+        q->shrink_arrived++;
+        pthread_cond_broadcast(&gc);
+    }
+    while (q->shrink_arrived < size && !q->shrink_bad && !nc->aborted && !c->aborted) pthread_cond_wait(&gc, &g);
+    if (q->shrink_bad || nc->aborted || c->aborted) {
+        int bad = q->shrink_bad;
+        pthread_mutex_unlock(&g);
+        return bad ? -2 : -1;
+    }
+    *me = __builtin_popcountll(~excluded & ((1ull << c->rank) - 1));
+    *newkey = q->shrink_base;
+    if (++q->shrink_left == size) {
+        q->shrink_arrived = q->shrink_left = 0;
+        q->shrink_seq++;
+        pthread_cond_broadcast(&gc);
+    }
+    pthread_mutex_unlock(&g);
+    return size;
+}
+
+static ncclResult_t shrink_run(deriver* d) {
+    comm *c = d->parent, *nc = d->nc;
+    pthread_mutex_lock(&g);
+    if (d->flags & 1) { /* NCCL_SHRINK_ABORT: raise the abort flag, wait for the kernels, lower it */
+        c->halted = 1;
+        pthread_cond_broadcast(&gc);
+    }
+    while (c->pending && !c->aborted && !nc->aborted) pthread_cond_wait(&gc, &g);
+    c->halted = 0;
+    pthread_mutex_unlock(&g);
+    int me;
+    uint64_t key;
+    int size = shrink_meet(c, nc, d->excluded, &me, &key);
+    if (size == -2) return fail(ncclInvalidUsage, "ncclCommShrink: the ranks passed different excludeRanksList");
+    if (size < 0) return fail(ncclInternalError, "ncclCommShrink: the shrink was given up");
+    return join(nc, key, size, me, "ncclCommShrink");
+}
+
+/* ---- grow ids ---- */
+
+typedef struct growid {
+    uint64_t key;
+    int from;     /* the size of the communicator being grown */
+    int consumed; /* the grown communicator was formed */
+    clique* parent;
+    struct growid* next;
+} growid;
+static growid* growids; /* (g) */
+
+static growid* find_growid(uint64_t key) {
+    growid* gi = growids;
+    while (gi && gi->key != key) gi = gi->next;
+    return gi;
+}
+
+/* grow_done consumes the id once the new communicator is formed. */
+static void grow_done(uint64_t key) {
+    pthread_mutex_lock(&g);
+    growid* gi = find_growid(key);
+    if (gi) {
+        gi->consumed = 1;
+        if (gi->parent->grow_key == key) gi->parent->grow_key = 0;
+    }
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+}
+
+/* grow_existing: an existing rank waits for its communicator's grow id (as
+ * NCCL's boundary ranks wait for the root's broadcast of it) and joins the
+ * new clique under its own rank. */
+static ncclResult_t grow_existing(deriver* d) {
+    comm *c = d->parent, *nc = d->nc;
+    clique* q = c->c;
+    pthread_mutex_lock(&g);
+    while (!q->grow_key && !c->aborted && !nc->aborted) pthread_cond_wait(&gc, &g);
+    uint64_t key = c->aborted || nc->aborted ? 0 : q->grow_key;
+    pthread_mutex_unlock(&g);
+    if (!key) return fail(ncclInternalError, "ncclCommGrow: the grow was given up");
+    if (d->has_id && d->idkey != key) return fail(ncclInvalidArgument, "ncclCommGrow: uniqueId is not this communicator's grow id");
+    ncclResult_t r = join(nc, key, d->nranks, c->rank, "ncclCommGrow");
+    if (r == ncclSuccess) grow_done(key);
+    return r;
+}
+
+static ncclResult_t derive_run(deriver* d) { return d->grow ? grow_existing(d) : shrink_run(d); }
+
+static void* derive_later(void* p) {
+    name_thread("fakenccl-derive");
+    deriver* d = p;
+    ncclResult_t r = derive_run(d);
+    pthread_mutex_lock(&g);
+    if (r == ncclSuccess) *d->out = d->nc;
+    set_async(d->parent, r == ncclSuccess || d->parent->aborted ? ncclSuccess : r);
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+    free(d);
+    return NULL;
+}
+
+static ncclResult_t derive(deriver* d) {
+    if (!d->nc->blocking) {
+        *d->out = NULL;
+        d->nc->async = ncclInProgress;
+        pthread_mutex_lock(&g);
+        set_async(d->parent, ncclInProgress);
+        pthread_mutex_unlock(&g);
+        deriver* h = malloc(sizeof *h);
+        *h = *d;
+        pthread_t th;
+        pthread_create(&th, NULL, derive_later, h);
+        pthread_detach(th);
+        return ncclInProgress;
+    }
+    *d->out = d->nc;
+    return derive_run(d);
+}
+
+/* new_child makes the communicator a shrink or grow derives: config NULL
+ * inherits the parent's mode. */
+static ncclResult_t new_child(comm* c, const void* cfg, const char* fn, comm** nc) {
+    *nc = new_comm(c->dev);
+    ncclResult_t r = read_config(*nc, cfg, fn);
+    if (!cfg) (*nc)->blocking = c->blocking;
+    return r;
+}
+
+API ncclResult_t ncclCommShrink(comm* c, int* excl, int nexcl, comm** out, const void* cfg, int flags) {
+    const char* fn = "ncclCommShrink";
+    ncclResult_t r = live(c, fn);
+    if (r) return r;
+    if (!out) return fail(ncclInvalidArgument, "%s: newcomm is NULL", fn);
+    if (!excl) return fail(ncclInvalidArgument, "%s: excludeRanksList is NULL", fn);
+    if (nexcl <= 0) return fail(ncclInvalidArgument, "%s: excludeRanksCount %d must be positive", fn, nexcl);
+    if (flags & ~1) return fail(ncclInvalidArgument, "%s: unknown shrinkFlags %#x", fn, (unsigned)flags);
+    uint64_t excluded = 0;
+    for (int i = 0; i < nexcl; i++) {
+        int x = excl[i];
+        if (x < 0 || x >= c->nranks) return fail(ncclInvalidArgument, "%s: excluded rank %d out of range [0, %d)", fn, x, c->nranks);
+        if (excluded >> x & 1) return fail(ncclInvalidArgument, "%s: rank %d excluded twice", fn, x);
+        excluded |= 1ull << x;
+    }
+    if (excluded >> c->rank & 1)
+        return fail(ncclInvalidArgument, "%s: rank %d is in excludeRanksList: excluded ranks must not call ncclCommShrink", fn, c->rank);
+    if (!one_process(c)) return fail(ncclInvalidUsage, "%s: the fake models shrink only within one process", fn);
+    comm* nc;
+    if ((r = new_child(c, cfg, fn, &nc))) return r;
+    deriver d = {.parent = c, .nc = nc, .out = out, .excluded = excluded, .flags = flags};
+    return derive(&d);
+}
+#endif
+
+#if HAS_230
+static void* revoke_later(void* p) {
+    name_thread("fakenccl-revoke");
+    comm* c = p;
+    pthread_mutex_lock(&g);
+    while (c->pending) pthread_cond_wait(&gc, &g);
+    set_async(c, ncclSuccess);
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+    return NULL;
+}
+
+API ncclResult_t ncclCommRevoke(comm* c, int flags) {
+    const char* fn = "ncclCommRevoke";
+    if (!c) return ncclSuccess; /* as NCCL */
+    ncclResult_t r = live(c, fn);
+    if (r) return r;
+    if (flags != 0) return fail(ncclInvalidArgument, "%s: revokeFlags must be NCCL_REVOKE_DEFAULT (0), not %d", fn, flags);
+    if (!one_process(c)) return fail(ncclInvalidUsage, "%s: the fake models revoke only within one process", fn);
+    pthread_mutex_lock(&g);
+    if (c->revoked) {
+        pthread_mutex_unlock(&g);
+        return fail(ncclInvalidArgument, "%s: communicator already revoked", fn);
+    }
+    c->revoked = 1;
+    pthread_cond_broadcast(&gc);
+    if (c->blocking) { /* quiescent when the call returns */
+        while (c->pending) pthread_cond_wait(&gc, &g);
+        pthread_mutex_unlock(&g);
+        return ncclSuccess;
+    }
+    c->async = ncclInProgress;
+    pthread_mutex_unlock(&g);
+    pthread_t th;
+    pthread_create(&th, NULL, revoke_later, c);
+    pthread_detach(th);
+    return ncclInProgress;
+}
+
+API ncclResult_t ncclCommGetUniqueId(comm* c, ncclUniqueId* id) {
+    const char* fn = "ncclCommGetUniqueId";
+    ncclResult_t r = live(c, fn);
+    if (r) return r;
+    if (!id) return fail(ncclInvalidArgument, "%s: uniqueId is NULL", fn);
+    if (!one_process(c)) return fail(ncclInvalidUsage, "%s: the fake models grow only within one process", fn);
+    pthread_mutex_lock(&g);
+    if (c->c->grow_key) {
+        pthread_mutex_unlock(&g);
+        return fail(ncclInvalidUsage, "%s: a grow id is outstanding: ncclCommGrow must consume it first", fn);
+    }
+    growid* gi = calloc(1, sizeof *gi);
+    *gi = (growid){new_key(), c->nranks, 0, c->c, growids};
+    growids = gi;
+    c->c->grow_key = gi->key;
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+    idinfo d;
+    memset(&d, 0, sizeof d);
+    d.key = gi->key;
+    d.pid = (uint32_t)getpid();
+    fill_id(id, &d);
+    return ncclSuccess;
+}
+
+typedef struct grower {
+    comm* nc;
+    uint64_t key;
+    int nranks, rank;
+} grower;
+
+static void* grow_join_later(void* p) {
+    name_thread("fakenccl-grow");
+    grower* gr = p;
+    ncclResult_t r = join(gr->nc, gr->key, gr->nranks, gr->rank, "ncclCommGrow");
+    if (r == ncclSuccess) grow_done(gr->key);
+    pthread_mutex_lock(&g);
+    if (r && !gr->nc->aborted && gr->nc->async == ncclInProgress) set_async(gr->nc, r);
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+    free(gr);
+    return NULL;
+}
+
+/* grow_new: a new rank (comm NULL) joins the grown clique as an init does. */
+static ncclResult_t grow_new(comm** out, int nranks, const ncclUniqueId* id, int rank, const void* cfg) {
+    const char* fn = "ncclCommGrow";
+    if (rank < 0) return fail(ncclInvalidArgument, "%s: new ranks must pass valid rank >= 0, got %d", fn, rank);
+    if (!id) return fail(ncclInvalidArgument, "%s: new ranks must pass non-NULL uniqueId", fn);
+    if (rank >= nranks) return fail(ncclInvalidArgument, "%s: new rank %d exceeds total ranks %d", fn, rank, nranks);
+    idinfo d;
+    if (check_id(id, fn, &d)) return ncclInvalidArgument;
+    pthread_mutex_lock(&g);
+    growid* gi = find_growid(d.key);
+    int from = gi ? gi->from : 0, consumed = gi ? gi->consumed : 0;
+    pthread_mutex_unlock(&g);
+    if (!gi && d.pid != (uint32_t)getpid()) return fail(ncclInvalidUsage, "%s: the fake models grow only within one process", fn);
+    if (!gi) return fail(ncclInvalidArgument, "%s: uniqueId was not made by ncclCommGetUniqueId", fn);
+    if (consumed) return fail(ncclInvalidUsage, "%s: uniqueId was already consumed by a grow", fn);
+    if (nranks <= from) return fail(ncclInvalidArgument, "%s: total ranks %d must exceed the current %d ranks", fn, nranks, from);
+    if (rank < from) return fail(ncclInvalidArgument, "%s: rank %d belongs to an existing rank: new ranks are %d..%d", fn, rank, from, nranks - 1);
+    comm* nc = new_comm(fakecuda_current_device());
+    ncclResult_t r = read_config(nc, cfg, fn);
+    if (r) return r;
+    *out = nc;
+    if (!nc->blocking) {
+        nc->async = ncclInProgress;
+        grower* gr = malloc(sizeof *gr);
+        *gr = (grower){nc, d.key, nranks, rank};
+        pthread_t th;
+        pthread_create(&th, NULL, grow_join_later, gr);
+        pthread_detach(th);
+        return ncclInProgress;
+    }
+    if ((r = join(nc, d.key, nranks, rank, fn)) == ncclSuccess) grow_done(d.key);
+    return r;
+}
+
+API ncclResult_t ncclCommGrow(comm* c, int nranks, const ncclUniqueId* id, int rank, comm** out, const void* cfg) {
+    const char* fn = "ncclCommGrow";
+    if (!out) return fail(ncclInvalidArgument, "%s: newcomm is NULL", fn);
+    if (nranks <= 0 || nranks > MAXR) return fail(ncclInvalidArgument, "%s: total ranks must be in [1, %d], got %d", fn, MAXR, nranks);
+    *out = NULL;
+    if (!c) return grow_new(out, nranks, id, rank, cfg);
+    ncclResult_t r = live(c, fn);
+    if (r) return r;
+    if (nranks <= c->nranks) return fail(ncclInvalidArgument, "%s: total ranks %d must exceed the current %d ranks", fn, nranks, c->nranks);
+    if (rank != -1) return fail(ncclInvalidArgument, "%s: existing ranks must pass rank=-1, got %d", fn, rank);
+    if (!one_process(c)) return fail(ncclInvalidUsage, "%s: the fake models grow only within one process", fn);
+    deriver d = {.parent = c, .out = out, .grow = 1, .nranks = nranks};
+    if (id) {
+        idinfo info;
+        if (check_id(id, fn, &info)) return ncclInvalidArgument;
+        d.has_id = 1;
+        d.idkey = info.key;
+    }
+    if ((r = new_child(c, cfg, fn, &d.nc))) return r;
+    return derive(&d);
+}
+#endif
+
+/* ---- one-sided RMA (2.29.2): ncclPutSignal, ncclSignal, ncclWaitSignal,
+ * ncclWinGetUserPtr ----
+ *
+ * Checked as NCCL 2.30's rmaTaskAppend checks (ctx, sigIdx and flags must be
+ * 0; the source must lie in a symmetric window of the communicator; peerWin
+ * is this rank's handle of a symmetric window, which names the peer's window
+ * of the same collective registration), then run on the stream: a put copies
+ * the bytes into the peer's window at the offset and counts a signal at the
+ * peer; a wait blocks its stream until the descriptors' signals have arrived
+ * and consumes them. Within one process only; calls in a group run at once. */
+
+#if HAS_230
+typedef struct waitdesc {
+    int opCnt, peer, sigIdx, ctx;
+} waitdesc;
+
+typedef struct rma_task {
+    comm *c, *peer_comm;
+    int kind; /* 0 put, 1 signal, 2 wait */
+    const char* src;
+    char* dst;
+    size_t bytes;
+    int ndesc;
+    waitdesc* descs;
+} rma_task;
+
+static void rma_run(void* p) {
+    rma_task* t = p;
+    comm* c = t->c;
+    if (t->kind == 2) {
+        pthread_mutex_lock(&g);
+        for (int i = 0; i < t->ndesc; i++) {
+            waitdesc* d = &t->descs[i];
+            while (c->sig_recv[d->peer] - c->sig_taken[d->peer] < d->opCnt && !stopped(c)) pthread_cond_wait(&gc, &g);
+            if (stopped(c)) break;
+            c->sig_taken[d->peer] += d->opCnt;
+        }
+        pthread_mutex_unlock(&g);
+    } else {
+        pthread_mutex_lock(&g);
+        int stop = stopped(c) || t->peer_comm->magic != COMM_MAGIC;
+        pthread_mutex_unlock(&g);
+        if (!stop && t->bytes) memcpy(t->dst, t->src, t->bytes);
+        pthread_mutex_lock(&g);
+        if (!stop) t->peer_comm->sig_recv[c->rank]++;
+        pthread_mutex_unlock(&g);
+    }
+    pthread_mutex_lock(&g);
+    c->pending--;
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+    free(t->descs);
+    free(t);
+}
+
+/* rma_check is what every RMA call checks first. */
+static ncclResult_t rma_check(comm* c, const char* fn, int peer, int sigIdx, int ctx, unsigned flags) {
+    ncclResult_t r = live(c, fn);
+    if (r) return r;
+    if (c->revoked) return fail(ncclInvalidUsage, "%s: communicator was revoked", fn);
+    if (c->suspended) return fail(ncclInvalidUsage, "%s: communicator is suspended", fn);
+    if (!one_process(c)) return fail(ncclInvalidUsage, "%s: the fake models one-sided RMA only within one process", fn);
+    if (peer < 0 || peer >= c->nranks) return fail(ncclInvalidArgument, "%s: invalid peer %d (peer should be in the 0..%d range)", fn, peer, c->nranks - 1);
+    if (ctx != 0) return fail(ncclInvalidArgument, "Context %d is invalid (must be 0)", ctx);
+    if (sigIdx != 0) return fail(ncclInvalidArgument, "Signal index %d is invalid (must be 0)", sigIdx);
+    if (flags != 0) return fail(ncclInvalidArgument, "Flags %u is invalid (must be 0)", flags);
+    return ncclSuccess;
+}
+
+static ncclResult_t rma_submit(rma_task* t, void* stream, const char* fn) {
+    comm* c = t->c;
+    pthread_mutex_lock(&g);
+    c->pending++;
+    pthread_mutex_unlock(&g);
+    if (fakecuda_stream_enqueue(stream, c->dev, rma_run, t)) {
+        pthread_mutex_lock(&g);
+        c->pending--;
+        pthread_mutex_unlock(&g);
+        free(t->descs);
+        free(t);
+        return fail(ncclUnhandledCudaError, "%s: invalid stream %p", fn, stream);
+    }
+    return ncclSuccess;
+}
+
+/* find_window is c's window w (g held), or NULL. */
+static window* find_window(comm* c, const window* w) {
+    window* k = c->windows;
+    while (k && k != w) k = k->next;
+    return k;
+}
+
+static ncclResult_t put_signal(const void* src, size_t count, int type, int peer, window* pw, size_t off, int sigIdx,
+                               int ctx, unsigned flags, comm* c, void* stream) {
+    const char* fn = "ncclPutSignal";
+    ncclResult_t r = rma_check(c, fn, peer, sigIdx, ctx, flags);
+    if (r) return r;
+    if (type < 0 || type >= NUM_TYPES) return fail(ncclInvalidArgument, "%s: invalid type %d", fn, type);
+    if (!pw) return fail(ncclInvalidArgument, "ncclPutSignal: peerWin is NULL");
+    if (!src) return fail(ncclInvalidArgument, "ncclPutSignal: srcBuff is NULL");
+    size_t bytes = count * (size_t)type_size(type);
+    if ((r = check_buf(c, fn, "srcBuff", src, bytes))) return r;
+    pthread_mutex_lock(&g);
+    window* mine = find_window(c, pw);
+    window* sw = c->windows;
+    while (sw && !((sw->flags & 1) && (const char*)src >= sw->base && (const char*)src + bytes <= sw->base + sw->size)) sw = sw->next;
+    comm* pc = c->c->comm[peer];
+    window* theirs = NULL;
+    if (mine && (mine->flags & 1) && pc)
+        for (theirs = pc->windows; theirs && theirs->seq != mine->seq; theirs = theirs->next) {
+        }
+    pthread_mutex_unlock(&g);
+    if (!mine) return fail(ncclInvalidArgument, "ncclPutSignal: peerWin %p is not a window of this communicator", (void*)pw);
+    if (!(mine->flags & 1)) return fail(ncclInvalidArgument, "ncclPutSignal: peerWin is not a symmetric window");
+    if (!sw) return fail(ncclInvalidArgument, "ncclPutSignal: srcWinHost is not in a valid symmetric window");
+    if (!theirs) return fail(ncclInvalidUsage, "ncclPutSignal: peer %d has no window of that registration", peer);
+    if (off > theirs->size || bytes > theirs->size - off)
+        return fail(ncclInvalidArgument, "ncclPutSignal: %zu bytes at offset %zu overrun the peer's window of %zu bytes", bytes, off, theirs->size);
+    rma_task* t = calloc(1, sizeof *t);
+    *t = (rma_task){.c = c, .peer_comm = pc, .kind = 0, .src = src, .dst = theirs->base + off, .bytes = bytes};
+    return rma_submit(t, stream, fn);
+}
+
+API ncclResult_t ncclPutSignal(const void* src, size_t count, int type, int peer, window* pw, size_t off, int sigIdx,
+                               int ctx, unsigned flags, comm* c, void* stream) {
+    ncclResult_t r = group_err(put_signal(src, count, type, peer, pw, off, sigIdx, ctx, flags, c, stream));
+    inside_call(r == ncclSuccess ? c : NULL, "ncclPutSignal");
+    return r;
+}
+
+API ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned flags, comm* c, void* stream) {
+    ncclResult_t r = rma_check(c, "ncclSignal", peer, sigIdx, ctx, flags);
+    if (r) return group_err(r);
+    rma_task* t = calloc(1, sizeof *t);
+    *t = (rma_task){.c = c, .peer_comm = c->c->comm[peer], .kind = 1};
+    if (!t->peer_comm) {
+        free(t);
+        return group_err(fail(ncclInvalidUsage, "ncclSignal: peer %d has not joined", peer));
+    }
+    return group_err(rma_submit(t, stream, "ncclSignal"));
+}
+
+API ncclResult_t ncclWaitSignal(int ndesc, const waitdesc* descs, comm* c, void* stream) {
+    const char* fn = "ncclWaitSignal";
+    ncclResult_t r = rma_check(c, fn, 0, 0, 0, 0);
+    if (r) return group_err(r);
+    if (!descs || ndesc <= 0) return group_err(fail(ncclInvalidArgument, "ncclWaitSignal: invalid arguments"));
+    for (int i = 0; i < ndesc; i++) {
+        const waitdesc* d = &descs[i];
+        if (d->opCnt <= 0) return group_err(fail(ncclInvalidArgument, "ncclWaitSignal: descriptor %d has invalid opCnt %d", i, d->opCnt));
+        if (d->sigIdx != 0) return group_err(fail(ncclInvalidArgument, "ncclWaitSignal: descriptor %d has invalid sigIdx %d (must be 0)", i, d->sigIdx));
+        if (d->ctx != 0) return group_err(fail(ncclInvalidArgument, "ncclWaitSignal: descriptor %d has invalid context %d (must be 0)", i, d->ctx));
+        if (d->peer < 0 || d->peer >= c->nranks)
+            return group_err(fail(ncclInvalidArgument, "ncclWaitSignal: descriptor %d has invalid peer %d", i, d->peer));
+    }
+    rma_task* t = calloc(1, sizeof *t);
+    *t = (rma_task){.c = c, .kind = 2, .ndesc = ndesc, .descs = malloc((size_t)ndesc * sizeof *descs)};
+    memcpy(t->descs, descs, (size_t)ndesc * sizeof *descs); /* read now, as NCCL copies them into its task */
+    return group_err(rma_submit(t, stream, fn));
+}
+
+API ncclResult_t ncclWinGetUserPtr(comm* c, window* w, void** out) {
+    ncclResult_t r = live(c, "ncclWinGetUserPtr");
+    if (r) return r;
+    if (!out) return fail(ncclInvalidArgument, "ncclWinGetUserPtr: outUserPtr is NULL");
+    pthread_mutex_lock(&g);
+    window* k = find_window(c, w);
+    pthread_mutex_unlock(&g);
+    if (!k) return fail(ncclInvalidArgument, "ncclWinGetUserPtr: %p is not a window of this communicator", (void*)w);
+    *out = k->base;
+    return ncclSuccess;
+}
+#endif
+
+/* ---- ncclGroupSimulateEnd (2.22): the group is planned, never launched; its
+ * estimate is 5 us per operation plus its bytes at 20 GB/s ---- */
+#if HAS_228
+API ncclResult_t ncclGroupSimulateEnd(void* sim) {
+    if (group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd: not in a group call.");
+    if (--group_depth > 0) return ncclSuccess;
+    task* list = group_head;
+    group_head = NULL;
+    group_tail = NULL;
+    ncclResult_t err = group_error;
+    group_error = ncclSuccess;
+    group_ninits = 0;
+    if (err) {
+        free_tasks(list);
+        return fail(err, "ncclGroupSimulateEnd: a call inside the group failed");
+    }
+    size_t size = 0;
+    unsigned magic = 0;
+    if (sim) {
+        memcpy(&size, sim, 8);
+        if (size >= 12) memcpy(&magic, (char*)sim + 8, 4);
+        if (magic != 0x74685283) {
+            free_tasks(list);
+            return fail(ncclInvalidArgument, "ncclSimInfo_t argument not initialized via NCCL_SIM_INFO_INITIALIZER");
+        }
+    }
+    float us = 0;
+    for (task* t = list; t; t = t->next) {
+        size_t in = in_bytes(t), out = out_bytes(t);
+        us += 5.0f + (float)(in > out ? in : out) / 20000.0f;
+    }
+    if (sim && size >= 20) memcpy((char*)sim + 16, &us, 4);
+    free_tasks(list);
+    return ncclSuccess;
+}
+#endif
+
+/* ---- ncclCommQueryProperties (2.29.2), ncclCommSuspend/Resume/MemStats (2.29.7) ----
+ * A communicator owns 1 MiB of memory that stays and 4 MiB that
+ * ncclCommSuspend(NCCL_SUSPEND_MEM) releases until ncclCommResume; a suspended
+ * communicator refuses operations; suspending twice, or resuming one not
+ * suspended, is ncclInvalidUsage. */
+#if HAS_230
+#define FAKE_PERSIST_BYTES (1u << 20)
+#define FAKE_SCRATCH_BYTES (4u << 20)
+
+API ncclResult_t ncclCommQueryProperties(comm* c, void* props) {
+    const char* fn = "ncclCommQueryProperties";
+    ncclResult_t r = live(c, fn);
+    if (r) return r;
+    if (!props) return fail(ncclInvalidArgument, "%s: props is NULL", fn);
+    char* p = props;
+    size_t size;
+    unsigned magic, version;
+    memcpy(&size, p, 8);
+    memcpy(&magic, p + 8, 4);
+    memcpy(&version, p + 12, 4);
+    if (magic != 0xcafebeef)
+        return fail(ncclInvalidUsage, "Cannot get communicator properties: ncclCommProperties_t argument must be initialized via "
+                                      "NCCL_COMM_PROPERTIES_INITIALIZER");
+    if (version < 22902 || version > VERSION_CODE) return fail(ncclInvalidArgument, "%s: unknown ncclCommProperties_t version %u", fn, version);
+    size_t need = version > 22903 ? 56 : 40;
+    if (size < need) return fail(ncclInvalidArgument, "%s: ncclCommProperties_t of version %u has %zu bytes, not %zu", fn, version, size, need);
+    int32_t ints[4] = {c->rank, c->nranks, c->dev, c->dev};
+    memcpy(p + 16, ints, sizeof ints);
+    p[32] = 1; /* deviceApiSupport */
+    p[33] = 0; /* multimemSupport: no NVLS in the fake */
+    int32_t none = 0, teams = 1;
+    memcpy(p + 36, &none, 4); /* ginType */
+    if (version > 22903) {
+        memcpy(p + 40, &teams, 4); /* nLsaTeams */
+        p[44] = 1;                 /* hostRmaSupport */
+        memcpy(p + 48, &none, 4);  /* railedGinType */
+    }
+    return ncclSuccess;
+}
+
+API ncclResult_t ncclCommSuspend(comm* c, int flags) {
+    ncclResult_t r = live(c, "ncclCommSuspend");
+    if (r) return r;
+    if (!(flags & 1)) return ncclSuccess; /* NCCL_SUSPEND_MEM is the only thing to suspend */
+    pthread_mutex_lock(&g);
+    int already = c->suspended;
+    c->suspended = 1;
+    pthread_mutex_unlock(&g);
+    if (already) return fail(ncclInvalidUsage, "ncclCommSuspend: communicator memory is already suspended");
+    return ncclSuccess;
+}
+
+API ncclResult_t ncclCommResume(comm* c) {
+    ncclResult_t r = live(c, "ncclCommResume");
+    if (r) return r;
+    pthread_mutex_lock(&g);
+    int was = c->suspended;
+    c->suspended = 0;
+    pthread_mutex_unlock(&g);
+    if (!was) return fail(ncclInvalidUsage, "ncclCommResume: communicator is not suspended");
+    return ncclSuccess;
+}
+
+API ncclResult_t ncclCommMemStats(comm* c, int stat, uint64_t* value) {
+    ncclResult_t r = live(c, "ncclCommMemStats");
+    if (r) return r;
+    if (!value) return ncclInvalidArgument;
+    uint64_t scratch = c->suspended ? 0 : FAKE_SCRATCH_BYTES;
+    switch (stat) {
+    case 0: *value = scratch; return ncclSuccess;
+    case 1: *value = (uint64_t)c->suspended; return ncclSuccess;
+    case 2: *value = FAKE_PERSIST_BYTES; return ncclSuccess;
+    case 3: *value = FAKE_PERSIST_BYTES + scratch; return ncclSuccess;
+    }
+    return fail(ncclInvalidArgument, "ncclCommMemStats: unknown stat %d", stat);
+}
+#endif
+
+/* ---- parameters (2.30.4): a registry of four keys, read from the
+ * environment at each call. 2.30.4 and 2.30.7 spell the handle type
+ * differently (ncclParamHandle_t* vs a pointer typedef); both pass one
+ * pointer, as here. ---- */
+#if HAS_230
+enum { P_I8, P_I16, P_I32, P_I64, P_U8, P_U16, P_U32, P_U64, P_CSTR };
+typedef struct param {
+    const char* key;
+    int type;
+    const char* dflt;
+} param;
+static param params[] = {
+    {"NCCL_BUFFSIZE", P_I64, "4194304"},
+    {"NCCL_NTHREADS", P_I32, "512"},
+    {"NCCL_P2P_LEVEL", P_CSTR, "SYS"},
+    {"NCCL_IB_TC", P_U8, "0"},
+};
+#define NPARAMS ((int)(sizeof params / sizeof params[0]))
+
+static const char* param_value(const param* p) {
+    const char* v = getenv(p->key);
+    return v && *v ? v : p->dflt;
+}
+
+API ncclResult_t ncclParamBind(param** out, const char* key) {
+    if (!out || !key) return ncclInvalidArgument;
+    for (int i = 0; i < NPARAMS; i++)
+        if (strcmp(params[i].key, key) == 0) {
+            *out = &params[i];
+            return ncclSuccess;
+        }
+    return fail(ncclInvalidArgument, "PARAM: key \"%s\" not found in registry", key);
+}
+
+static ncclResult_t param_get(const param* h, int type, void* out, size_t size) {
+    if (!h || !out) return ncclInvalidArgument;
+    if (h < params || h >= params + NPARAMS) return fail(ncclInvalidArgument, "PARAM: invalid handle %p", (const void*)h);
+    if (h->type != type) return fail(ncclInvalidArgument, "PARAM: type mismatch for key \"%s\"", h->key);
+    const char* v = param_value(h);
+    if (type <= P_I64) {
+        int64_t x = strtoll(v, NULL, 0);
+        memcpy(out, &x, size); /* little-endian: the low bytes */
+    } else {
+        uint64_t x = strtoull(v, NULL, 0);
+        memcpy(out, &x, size);
+    }
+    return ncclSuccess;
+}
+
+API ncclResult_t ncclParamGetI8(const param* h, int8_t* out) { return param_get(h, P_I8, out, 1); }
+API ncclResult_t ncclParamGetI16(const param* h, int16_t* out) { return param_get(h, P_I16, out, 2); }
+API ncclResult_t ncclParamGetI32(const param* h, int32_t* out) { return param_get(h, P_I32, out, 4); }
+API ncclResult_t ncclParamGetI64(const param* h, int64_t* out) { return param_get(h, P_I64, out, 8); }
+API ncclResult_t ncclParamGetU8(const param* h, uint8_t* out) { return param_get(h, P_U8, out, 1); }
+API ncclResult_t ncclParamGetU16(const param* h, uint16_t* out) { return param_get(h, P_U16, out, 2); }
+API ncclResult_t ncclParamGetU32(const param* h, uint32_t* out) { return param_get(h, P_U32, out, 4); }
+API ncclResult_t ncclParamGetU64(const param* h, uint64_t* out) { return param_get(h, P_U64, out, 8); }
+
+static __thread char param_buf[512]; /* valid until the thread's next call, as NCCL's */
+
+API ncclResult_t ncclParamGetStr(const param* h, const char** out) {
+    if (!h || !out) return ncclInvalidArgument;
+    if (h < params || h >= params + NPARAMS) return fail(ncclInvalidArgument, "PARAM: invalid handle %p", (const void*)h);
+    if (h->type != P_CSTR) return fail(ncclInvalidArgument, "PARAM: type mismatch for key \"%s\"", h->key);
+    snprintf(param_buf, sizeof param_buf, "%s", param_value(h));
+    *out = param_buf;
+    return ncclSuccess;
+}
+
+API ncclResult_t ncclParamGetParameter(const char* key, const char** value, int* len) {
+    if (!key || !value || !len) return ncclInvalidArgument;
+    param* h = NULL;
+    ncclResult_t r = ncclParamBind(&h, key);
+    if (r) return r;
+    snprintf(param_buf, sizeof param_buf, "%s", param_value(h));
+    *value = param_buf;
+    *len = (int)strlen(param_buf);
+    return ncclSuccess;
+}
+
+static __thread const char* param_keys[NPARAMS + 1];
+
+API ncclResult_t ncclParamGetAllParameterKeys(const char*** table, int* n) {
+    if (!table || !n) return ncclInvalidArgument;
+    for (int i = 0; i < NPARAMS; i++) param_keys[i] = params[i].key;
+    *table = param_keys;
+    *n = NPARAMS;
+    return ncclSuccess;
+}
+#endif
+
 
 #ifdef FAKENCCL_VCCL
 static int in_symmetric_window(comm* c, const void* p, size_t bytes) {
@@ -2493,6 +3243,8 @@ static ncclResult_t alltoallv_checked(const void* send, const size_t* sc, const 
     const char* fn = "ncclAlltoAllv";
     ncclResult_t r = live(c, fn);
     if (r) return r;
+    if (c->revoked) return fail(ncclInvalidUsage, "%s : communicator was revoked", fn);
+    if (c->suspended) return fail(ncclInvalidUsage, "%s : communicator is suspended", fn);
     if (type < 0 || type >= NUM_TYPES) return fail(ncclInvalidArgument, "%s : invalid type %d", fn, type);
     if (!relay && relaycount) return fail(ncclInvalidArgument, "%s : relaycount %zu without a relay buffer", fn, relaycount);
     if (!sc || !sd || !rc || !rd) return fail(ncclInvalidArgument, "%s : NULL count or displacement array", fn);

@@ -102,10 +102,11 @@ func BenchmarkAllReduceCgo(b *testing.B) {
 }
 
 // Open: gonccl's Open (search, ELF check, dlopen, every symbol, the version)
-// against a C program's dlopen of both files and dlsym of the same symbols.
+// against a C program's dlopen of both files and dlsym of the same symbols,
+// on the fake that has every optional function (NCCL 2.30.7).
 
 func BenchmarkOpenGonccl(b *testing.B) {
-	opts := []nccl.Option{nccl.WithLibrary(filepath.Join(fakes.NCCL(b, "default"), "libnccl.so.2")),
+	opts := []nccl.Option{nccl.WithLibrary(filepath.Join(fakes.NCCL(b, "v230"), "libnccl.so.2")),
 		nccl.WithCUDARuntime(filepath.Join(fakes.CUDART(b), "libcudart.so.12"))}
 	for b.Loop() {
 		if _, err := nccl.Open(opts...); err != nil {
@@ -115,7 +116,7 @@ func BenchmarkOpenGonccl(b *testing.B) {
 }
 
 func BenchmarkOpenC(b *testing.B) {
-	n, c := filepath.Join(fakes.NCCL(b, "default"), "libnccl.so.2"), filepath.Join(fakes.CUDART(b), "libcudart.so.12")
+	n, c := filepath.Join(fakes.NCCL(b, "v230"), "libnccl.so.2"), filepath.Join(fakes.CUDART(b), "libcudart.so.12")
 	names := nccl.Symbols()
 	for b.Loop() {
 		if OpenAll(n, c, names) < len(names)-2 {

@@ -22,6 +22,7 @@ import (
 var Variants = map[string][]string{
 	"default": nil,                                  // NCCL 2.28.3
 	"old":     {"-DFAKENCCL_OLD"},                   // NCCL 2.14.3: no Split, Register, AlltoAll, ...
+	"v230":    {"-DFAKENCCL_230"},                   // NCCL 2.30.7: revoke, grow, RMA, suspend, ...
 	"vccl11":  {"-DFAKENCCL_VCCL=11"},               // VCCL 2.29.2, 11-argument ncclAlltoAllv
 	"vccl10":  {"-DFAKENCCL_VCCL=10"},               // VCCL 2.29.2, 10-argument ncclAlltoAllv
 	"broken":  {"-DFAKENCCL_BROKEN"},                // lacks ncclCommInitRank

@@ -1,0 +1,244 @@
+package nccl
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gonccl/nccl/abi"
+)
+
+// Fault tolerance: revoking a communicator, shrinking it to the ranks that
+// are still alive, and growing it with new ranks. Each makes its new
+// communicator as Split does: a non-blocking parent returns at once inside
+// NCCL and gonccl waits outside, so ctx can end the wait (aborting the parent,
+// since NCCL cannot abandon the operation half done).
+
+// Flags of Comm.Shrink.
+const (
+	// ShrinkDefault shrinks a healthy parent: its in-flight work finishes first.
+	ShrinkDefault = abi.ShrinkDefault
+	// ShrinkAbort first stops the parent's in-flight work (its results are
+	// lost), for a parent whose excluded ranks died mid-operation.
+	ShrinkAbort = abi.ShrinkAbort
+)
+
+// Revoke stops the communicator's in-flight operations and refuses new ones
+// (ncclCommRevoke, NCCL >= 2.28.7): an operation issued afterwards fails with
+// an error matching ErrInvalidUsage. It returns once the communicator is
+// quiescent; then Split, Shrink and Close are safe (Close destroys it without
+// finalizing, which NCCL forbids after a revoke). Revoking twice is an error
+// matching ErrInvalidArgument. On a non-blocking communicator ctx bounds the
+// wait for quiescence; when it ends the communicator is aborted.
+func (c *Comm) Revoke(ctx context.Context) error {
+	const op = "ncclCommRevoke"
+	if c.lib.fn[fnCommRevoke] == 0 {
+		return c.lib.unsupported(fnCommRevoke)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	h, err := c.enter(op, false)
+	if err != nil {
+		return err
+	}
+	err = c.lib.call(fnCommRevoke, h, abi.RevokeDefault)
+	c.exit()
+	if err != nil && !isInProgress(err) {
+		return err
+	}
+	c.revoked.Store(true)
+	if !c.blocking {
+		if err := c.waitReady(ctx, op, false); err != nil {
+			return c.abortAfter(err)
+		}
+	}
+	return nil
+}
+
+// Shrink makes a communicator of c's ranks without those in exclude
+// (ncclCommShrink, NCCL >= 2.27), renumbered in order: rank r becomes r minus
+// the number of excluded ranks below it. Every rank not excluded calls it with
+// the same list; excluded ranks do not call it, and may be dead. flags is
+// ShrinkDefault or ShrinkAbort. cfg may be nil; the new communicator keeps
+// c's blocking mode. An excluded rank out of range, listed twice, or the
+// calling rank itself is an error matching ErrInvalidArgument, and c is left
+// as it was.
+func (c *Comm) Shrink(ctx context.Context, exclude []int, cfg *Config, flags int) (*Comm, error) {
+	const op = "ncclCommShrink"
+	if c.lib.fn[fnCommShrink] == 0 {
+		return nil, c.lib.unsupported(fnCommShrink)
+	}
+	if len(exclude) == 0 {
+		return nil, argError(op, "no ranks to exclude")
+	}
+	if flags != ShrinkDefault && flags != ShrinkAbort {
+		return nil, argError(op, "flags %#x: want ShrinkDefault or ShrinkAbort", flags)
+	}
+	list := make([]int32, len(exclude)) // NCCL sorts the list in place
+	seen := make(map[int]bool, len(exclude))
+	for i, r := range exclude {
+		if err := checkRank(op, "excluded rank", r, c.nranks); err != nil {
+			return nil, err
+		}
+		if r == c.rank {
+			return nil, argError(op, "rank %d excludes itself: excluded ranks do not call Shrink", r)
+		}
+		if seen[r] {
+			return nil, argError(op, "rank %d excluded twice", r)
+		}
+		seen[r] = true
+		list[i] = int32(r)
+	}
+	if len(exclude) >= c.nranks {
+		return nil, argError(op, "excluding %d of %d ranks leaves none", len(exclude), c.nranks)
+	}
+	return c.derive(ctx, op, cfg, func(h, out, cfgPtr uintptr) error {
+		return c.lib.callPtr(fnCommShrink, h, uintptr(unsafe.Pointer(&list[0])), uintptr(len(list)), out, cfgPtr, uintptr(int32(flags)))
+	})
+}
+
+// GrowID makes the id that new ranks join c with (ncclCommGetUniqueId, NCCL
+// >= 2.29.2). One rank of c calls it and passes the id to Grow and to the new
+// ranks (Library.GrowRank). An id serves one grow; asking for another before
+// it was used is an error matching ErrInvalidUsage.
+func (c *Comm) GrowID() (UniqueID, error) {
+	const op = "ncclCommGetUniqueId"
+	var id UniqueID
+	if c.lib.fn[fnCommGetUniqueID] == 0 {
+		return id, c.lib.unsupported(fnCommGetUniqueID)
+	}
+	h, err := c.enter(op, false)
+	if err != nil {
+		return id, err
+	}
+	p := new(UniqueID)
+	err = c.lib.callPtr(fnCommGetUniqueID, h, uintptr(unsafe.Pointer(p)))
+	c.exit()
+	return *p, err
+}
+
+// Grow makes a communicator of nranks ranks from c and new ranks (ncclCommGrow,
+// NCCL >= 2.29.2): c's ranks keep their numbers, the new ranks (which call
+// Library.GrowRank) take the others. Every rank of c calls it; the rank that
+// called GrowID passes the id, the others nil. cfg may be nil; the new
+// communicator keeps c's blocking mode.
+func (c *Comm) Grow(ctx context.Context, nranks int, id *UniqueID, cfg *Config) (*Comm, error) {
+	const op = "ncclCommGrow"
+	if c.lib.fn[fnCommGrow] == 0 {
+		return nil, c.lib.unsupported(fnCommGrow)
+	}
+	if err := checkInt32(op, "nranks", nranks, c.nranks+1); err != nil {
+		return nil, err
+	}
+	var idp *UniqueID
+	if id != nil {
+		idp = new(UniqueID)
+		*idp = *id
+	}
+	return c.derive(ctx, op, cfg, func(h, out, cfgPtr uintptr) error {
+		return c.lib.callPtr(fnCommGrow, h, uintptr(nranks), uintptr(unsafe.Pointer(idp)), ^uintptr(0), out, cfgPtr)
+	})
+}
+
+// GrowRank joins a communicator being grown as rank, one of the new ranks, on
+// CUDA device dev (ncclCommGrow with no parent, NCCL >= 2.29.2). id is the one
+// the existing ranks' GrowID made; nranks is the grown size. It returns once
+// every rank has joined, as InitRank does.
+func (l *Library) GrowRank(ctx context.Context, dev int, id UniqueID, nranks, rank int, cfg *Config) (*Comm, error) {
+	const op = "ncclCommGrow"
+	if l.fn[fnCommGrow] == 0 {
+		return nil, l.unsupported(fnCommGrow)
+	}
+	if err := checkInitArgs(op, dev, nranks, rank); err != nil {
+		return nil, err
+	}
+	idp := new(UniqueID)
+	*idp = id
+	return l.initComm(ctx, op, dev, nranks, rank, cfg, func(h *uintptr, cfgPtr uintptr) error {
+		return l.callPtr(fnCommGrow, 0, uintptr(nranks), uintptr(unsafe.Pointer(idp)), uintptr(rank), uintptr(unsafe.Pointer(h)), cfgPtr)
+	})
+}
+
+// derive runs one call that makes a communicator from c (Shrink, Grow) the
+// way Split does: on c's device, with c's blocking mode; a non-blocking call
+// writes the new handle when it finishes, into a place kept by c if the wait
+// ends early. call gets c's handle, where to write the new one and the config.
+func (c *Comm) derive(ctx context.Context, op string, cfg *Config, call func(h, out, cfgPtr uintptr) error) (*Comm, error) {
+	l := c.lib
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	blocking := c.blocking
+	if cfg != nil && cfg.Blocking != nil && *cfg.Blocking != blocking {
+		return nil, argError(op, "Config.Blocking %v differs from the parent's: a derived communicator keeps its parent's mode", *cfg.Blocking)
+	}
+	out := new(uintptr)
+	var buf *configBuffer
+	err := l.onDevice(op, c.dev, func() error {
+		var ptr uintptr
+		var err error
+		if buf, ptr, err = encodeConfig(op, withBlocking(cfg, blocking), l.version); err != nil {
+			return err
+		}
+		h, err := c.enter(op, false)
+		if err != nil {
+			return err
+		}
+		err = call(h, uintptr(unsafe.Pointer(out)), ptr)
+		c.exit()
+		return err
+	})
+	if isInProgress(err) || err == nil && !c.blocking {
+		if err = c.waitReady(ctx, op, false); err != nil {
+			err = c.abortAfter(err)
+		}
+	}
+	if err != nil {
+		c.keep(out)
+	}
+	nh := atomic.LoadUintptr(out)
+	if err != nil || nh == 0 {
+		if nh != 0 {
+			l.call(fnCommAbort, nh)
+		}
+		buf.free()
+		if err == nil {
+			err = &Error{Op: op, Code: abi.InternalError, Msg: "NCCL returned no communicator"}
+		}
+		return nil, err
+	}
+	nc := l.newComm(nh, c.dev, -1, -1, blocking, buf)
+	if err := nc.ready(ctx, op); err != nil {
+		return nil, err
+	}
+	if err := nc.readShape(); err != nil {
+		nc.Abort()
+		return nil, err
+	}
+	if err := nc.confirmDevice(op); err != nil {
+		nc.Abort()
+		return nil, err
+	}
+	return nc, nil
+}
+
+// confirmDevice checks that NCCL bound the communicator to the device gonccl
+// records for it (ncclCommCuDevice): Device answers from that record.
+func (c *Comm) confirmDevice(op string) error {
+	h, err := c.enter("ncclCommCuDevice", false)
+	if err != nil {
+		return err
+	}
+	d := new(int32)
+	err = c.lib.callPtr(fnCommCuDevice, h, uintptr(unsafe.Pointer(d)))
+	c.exit()
+	if err != nil {
+		return err
+	}
+	if int(*d) != c.dev {
+		return &Error{Op: op, Code: abi.InternalError, Msg: fmt.Sprintf("NCCL made the communicator on device %d, not %d", *d, c.dev)}
+	}
+	return nil
+}

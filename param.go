@@ -1,0 +1,134 @@
+package nccl
+
+import (
+	"runtime"
+	"unsafe"
+
+	"github.com/gonccl/nccl/internal/ccall"
+)
+
+// NCCL's parameters (NCCL_* settings) as the loaded library sees them
+// (NCCL >= 2.30.4). 2.30.4 declares ncclParamHandle_t as a struct and passes
+// ncclParamHandle_t*; 2.30.7 makes ncclParamHandle_t the pointer. Both pass
+// one pointer, so one binding serves both.
+
+// ParamHandle is a parameter bound with Library.BindParam (ncclParamHandle_t):
+// read it with ParamValue or Str.
+type ParamHandle struct {
+	lib *Library
+	h   uintptr
+	key string
+}
+
+// ParamInt is the Go types of NCCL's integer parameters.
+type ParamInt interface {
+	int8 | int16 | int32 | int64 | uint8 | uint16 | uint32 | uint64
+}
+
+// BindParam looks up the parameter key ("NCCL_BUFFSIZE") (ncclParamBind).
+// An unknown key is an error matching ErrInvalidArgument.
+func (l *Library) BindParam(key string) (ParamHandle, error) {
+	if l.fn[fnParamBind] == 0 {
+		return ParamHandle{}, l.unsupported(fnParamBind)
+	}
+	k := append([]byte(key), 0)
+	h := new(uintptr)
+	if err := l.callPtr(fnParamBind, uintptr(unsafe.Pointer(h)), uintptr(unsafe.Pointer(&k[0]))); err != nil {
+		return ParamHandle{}, err
+	}
+	return ParamHandle{lib: l, h: *h, key: key}, nil
+}
+
+// Key is the parameter's name.
+func (p ParamHandle) Key() string { return p.key }
+
+// ParamValue reads an integer parameter as T (ncclParamGetI8 ... GetU64). T
+// must be the parameter's own type: another is an error matching
+// ErrInvalidArgument.
+func ParamValue[T ParamInt](p ParamHandle) (T, error) {
+	var sym int
+	var v T
+	switch any(v).(type) {
+	case int8:
+		sym = fnParamGetI8
+	case int16:
+		sym = fnParamGetI16
+	case int32:
+		sym = fnParamGetI32
+	case int64:
+		sym = fnParamGetI64
+	case uint8:
+		sym = fnParamGetU8
+	case uint16:
+		sym = fnParamGetU16
+	case uint32:
+		sym = fnParamGetU32
+	default:
+		sym = fnParamGetU64
+	}
+	if p.lib == nil {
+		return v, argError(ncclSymbols[sym].name, "unbound parameter")
+	}
+	out := new(T)
+	err := p.lib.callPtr(sym, p.h, uintptr(unsafe.Pointer(out)))
+	return *out, err
+}
+
+// Str reads a string parameter (ncclParamGetStr).
+func (p ParamHandle) Str() (string, error) {
+	const op = "ncclParamGetStr"
+	if p.lib == nil {
+		return "", argError(op, "unbound parameter")
+	}
+	if p.lib.fn[fnParamGetStr] == 0 {
+		return "", p.lib.unsupported(fnParamGetStr)
+	}
+	// The string lives in a per-thread buffer until the thread's next call.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	s := new(uintptr)
+	if err := p.lib.callPtr(fnParamGetStr, p.h, uintptr(unsafe.Pointer(s))); err != nil {
+		return "", err
+	}
+	return ccall.GoString(*s), nil
+}
+
+// Param is the value of any parameter as text (ncclParamGetParameter).
+func (l *Library) Param(key string) (string, error) {
+	if l.fn[fnParamGetParameter] == 0 {
+		return "", l.unsupported(fnParamGetParameter)
+	}
+	k := append([]byte(key), 0)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	v := new(uintptr)
+	n := new(int32)
+	if err := l.callPtr(fnParamGetParameter, uintptr(unsafe.Pointer(&k[0])), uintptr(unsafe.Pointer(v)), uintptr(unsafe.Pointer(n))); err != nil {
+		return "", err
+	}
+	return ccall.GoString(*v), nil
+}
+
+// ParamKeys lists the parameters NCCL documents (all of them with
+// NCCL_PARAM_DUMP_ALL=true) (ncclParamGetAllParameterKeys).
+func (l *Library) ParamKeys() ([]string, error) {
+	if l.fn[fnParamGetAllParameterKeys] == 0 {
+		return nil, l.unsupported(fnParamGetAllParameterKeys)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	table := new(uintptr)
+	n := new(int32)
+	if err := l.callPtr(fnParamGetAllParameterKeys, uintptr(unsafe.Pointer(table)), uintptr(unsafe.Pointer(n))); err != nil {
+		return nil, err
+	}
+	if *table == 0 || *n <= 0 {
+		return nil, nil
+	}
+	ptr := *(*unsafe.Pointer)(unsafe.Pointer(table)) // C memory: the GC does not move it
+	keys := make([]string, *n)
+	for i, p := range unsafe.Slice((*uintptr)(ptr), *n) {
+		keys[i] = ccall.GoString(p)
+	}
+	return keys, nil
+}

@@ -1,0 +1,133 @@
+package nccl
+
+import (
+	"unsafe"
+
+	"github.com/gonccl/nccl/abi"
+)
+
+// One-sided RMA (NCCL >= 2.29.2): a rank writes into a peer's window without
+// the peer posting a receive, and signals it; the peer's stream waits for the
+// signals. Windows are symmetric ones (AllocSymmetric, or RegisterWindow with
+// WinCollSymmetric): a rank names the peer's window by its own handle of the
+// same collective registration, and the source must lie in a symmetric window
+// too. Like the other operations these enqueue on a stream and return.
+
+// WaitSignalDesc is ncclWaitSignalDesc_t: wait for OpCnt signals from Peer.
+// SigIdx and Ctx must be 0 in NCCL 2.29 and 2.30.
+type WaitSignalDesc = abi.WaitSignalDesc
+
+// WinStrictOrdering is NCCL_WIN_STRICT_ORDERING (NCCL >= 2.29.7), a
+// RegisterWindow flag.
+const WinStrictOrdering = abi.WinStrictOrdering
+
+// PutSignal copies src into peer's part of win at byte offset, then signals
+// peer (ncclPutSignal, signal index 0, context 0). src must lie in a symmetric
+// window of c; win is c's handle of the symmetric window that the peer's
+// bytes land in (see WindowOf).
+func (c *Comm) PutSignal(src Buffer, peer int, win Window, offset int, s Stream) error {
+	const name = "ncclPutSignal"
+	if c.lib.fn[fnPutSignal] == 0 {
+		return c.lib.unsupported(fnPutSignal)
+	}
+	if err := c.checkRoot(name, "peer", peer); err != nil {
+		return err
+	}
+	if err := c.checkBuf(name, "src", src, src.dt, src.n, s); err != nil {
+		return err
+	}
+	if win.comm != c {
+		return argError(name, "window of another communicator, or none")
+	}
+	if offset < 0 {
+		return argError(name, "negative window offset %d", offset)
+	}
+	return c.stream(fnPutSignal, uintptr(src.ptr), uintptr(src.n), uintptr(src.dt), uintptr(int32(peer)), win.h, uintptr(offset),
+		0, 0, 0, 0, s.h)
+}
+
+// Signal signals peer without moving data (ncclSignal, signal index 0,
+// context 0).
+func (c *Comm) Signal(peer int, s Stream) error {
+	const name = "ncclSignal"
+	if c.lib.fn[fnSignal] == 0 {
+		return c.lib.unsupported(fnSignal)
+	}
+	if err := c.checkRoot(name, "peer", peer); err != nil {
+		return err
+	}
+	if err := c.checkStream(name, s); err != nil {
+		return err
+	}
+	return c.stream(fnSignal, uintptr(int32(peer)), 0, 0, 0, 0, s.h)
+}
+
+// WaitSignal makes s wait until the signals waits describe have arrived, and
+// consumes them (ncclWaitSignal). NCCL reads waits during the call: reuse the
+// slice.
+func (c *Comm) WaitSignal(waits []WaitSignalDesc, s Stream) error {
+	const name = "ncclWaitSignal"
+	if c.lib.fn[fnWaitSignal] == 0 {
+		return c.lib.unsupported(fnWaitSignal)
+	}
+	if len(waits) == 0 || len(waits) > 1<<31-1 {
+		return argError(name, "%d descriptors", len(waits))
+	}
+	for i, w := range waits {
+		if w.OpCnt <= 0 {
+			return argError(name, "descriptor %d waits for %d signals", i, w.OpCnt)
+		}
+		if err := c.checkRoot(name, "peer", int(w.Peer)); err != nil {
+			return err
+		}
+	}
+	if err := c.checkStream(name, s); err != nil {
+		return err
+	}
+	return c.waitSignal(len(waits), uintptr(unsafe.Pointer(&waits[0])), s)
+}
+
+//go:uintptrescapes
+func (c *Comm) waitSignal(n int, descs uintptr, s Stream) error {
+	return c.stream(fnWaitSignal, uintptr(n), descs, 0, s.h)
+}
+
+func (c *Comm) checkStream(name string, s Stream) error {
+	if s.cu != nil && s.dev != c.dev {
+		return argError(name, "stream is on device %d, the communicator on device %d", s.dev, c.dev)
+	}
+	return nil
+}
+
+// WindowAddress is the start of the memory w was registered over
+// (ncclWinGetUserPtr, NCCL >= 2.29.2).
+func (c *Comm) WindowAddress(w Window) (DevicePtr, error) {
+	const op = "ncclWinGetUserPtr"
+	if c.lib.fn[fnWinGetUserPtr] == 0 {
+		return 0, c.lib.unsupported(fnWinGetUserPtr)
+	}
+	if w.comm != c {
+		return 0, argError(op, "window of another communicator, or none")
+	}
+	h, err := c.enter(op, false)
+	if err != nil {
+		return 0, err
+	}
+	p := new(uintptr)
+	err = c.lib.callPtr(fnWinGetUserPtr, h, w.h, uintptr(unsafe.Pointer(p)))
+	c.exit()
+	return DevicePtr(*p), err
+}
+
+// WindowOf is the symmetric window of b, a Buffer from c's AllocSymmetric
+// (or a slice of one), and b's byte offset in it: what PutSignal takes.
+func (c *Comm) WindowOf(b Buffer) (Window, int, error) {
+	const op = "WindowOf"
+	if b.mem == nil || b.mem.kind != allocSymmetric || b.mem.comm != c {
+		return Window{}, 0, argError(op, "buffer is not from this communicator's AllocSymmetric")
+	}
+	if b.mem.freed.Load() {
+		return Window{}, 0, argError(op, "buffer at %#x was freed", uintptr(b.ptr))
+	}
+	return Window{h: b.mem.win, comm: c}, int(b.ptr - b.mem.base), nil
+}

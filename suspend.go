@@ -1,0 +1,85 @@
+package nccl
+
+import (
+	"unsafe"
+
+	"github.com/gonccl/nccl/abi"
+)
+
+// SuspendMem is NCCL_SUSPEND_MEM, the Comm.Suspend flag that releases the
+// communicator's dynamic GPU memory.
+const SuspendMem = abi.SuspendMem
+
+// Suspend releases what flags names (SuspendMem: the communicator's dynamic
+// GPU memory) until Resume (ncclCommSuspend, NCCL >= 2.29.7). A suspended
+// communicator takes no operations. Call it with no work in flight.
+func (c *Comm) Suspend(flags int) error {
+	const op = "ncclCommSuspend"
+	if c.lib.fn[fnCommSuspend] == 0 {
+		return c.lib.unsupported(fnCommSuspend)
+	}
+	if flags&^SuspendMem != 0 {
+		return argError(op, "flags %#x: want SuspendMem", flags)
+	}
+	h, err := c.enter(op, false)
+	if err != nil {
+		return err
+	}
+	err = c.lib.call(fnCommSuspend, h, uintptr(int32(flags)))
+	c.exit()
+	return c.settled(op, err)
+}
+
+// Resume gives back what Suspend released (ncclCommResume, NCCL >= 2.29.7).
+func (c *Comm) Resume() error {
+	const op = "ncclCommResume"
+	if c.lib.fn[fnCommResume] == 0 {
+		return c.lib.unsupported(fnCommResume)
+	}
+	h, err := c.enter(op, false)
+	if err != nil {
+		return err
+	}
+	err = c.lib.call(fnCommResume, h)
+	c.exit()
+	return c.settled(op, err)
+}
+
+// MemStats is the communicator's GPU memory as NCCL's memory manager counts
+// it (ncclCommMemStats).
+type MemStats struct {
+	Suspendable uint64 // ncclStatGpuMemSuspend: bytes Suspend(SuspendMem) would release
+	Suspended   bool   // ncclStatGpuMemSuspended
+	Persistent  uint64 // ncclStatGpuMemPersist: bytes that stay
+	Total       uint64 // ncclStatGpuMemTotal
+}
+
+// ncclCommMemStat_t values.
+const (
+	statGpuMemSuspend   = 0
+	statGpuMemSuspended = 1
+	statGpuMemPersist   = 2
+	statGpuMemTotal     = 3
+)
+
+// MemStats reads the communicator's memory statistics (ncclCommMemStats, NCCL
+// >= 2.29.7).
+func (c *Comm) MemStats() (MemStats, error) {
+	const op = "ncclCommMemStats"
+	if c.lib.fn[fnCommMemStats] == 0 {
+		return MemStats{}, c.lib.unsupported(fnCommMemStats)
+	}
+	h, err := c.enter(op, false)
+	if err != nil {
+		return MemStats{}, err
+	}
+	defer c.exit()
+	v := new([4]uint64)
+	for stat := range v {
+		if err := c.lib.callPtr(fnCommMemStats, h, uintptr(stat), uintptr(unsafe.Pointer(&v[stat]))); err != nil {
+			return MemStats{}, err
+		}
+	}
+	return MemStats{Suspendable: v[statGpuMemSuspend], Suspended: v[statGpuMemSuspended] != 0,
+		Persistent: v[statGpuMemPersist], Total: v[statGpuMemTotal]}, nil
+}
