@@ -68,7 +68,7 @@ func (f *Flags) Detect() (Job, error) {
 func (f *Flags) Share() Share {
 	v, err := ParseVia(f.Via)
 	if err != nil {
-		v = Via(-1)
+		return Share{Via: Via(-1), File: f.IDFile, Store: f.Store, badVia: f.Via}
 	}
 	return Share{Via: v, File: f.IDFile, Store: f.Store}
 }

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/gonccl/nccl"
@@ -55,8 +56,8 @@ func TestFlags(t *testing.T) {
 	}
 	if s := parse("-idvia", "carrier-pigeon").Share(); s.Via == ViaAuto {
 		t.Error("an unknown -idvia became auto")
-	} else if _, err := Choose(Job{Size: 2}, s); err == nil {
-		t.Error("an unknown -idvia was taken")
+	} else if _, err := Choose(Job{Size: 2}, s); err == nil || !strings.Contains(err.Error(), `"carrier-pigeon"`) {
+		t.Errorf("an unknown -idvia: %v, want an error naming it", err)
 	}
 	j, err := parse("-size", "4", "-rank", "3").Detect()
 	if err != nil || j.Rank != 3 || j.Size != 4 || j.LocalRank != 3 || j.Launcher != Explicit {

@@ -30,7 +30,10 @@ import (
 // closed and later calls fail, except a Wait or Get that its context ended
 // while it waited for a key: the store then withdraws the wait from the server
 // (CANCEL_WAIT) and stays usable. A reply that PyTorch's server would not send
-// is an error matching ErrProtocol. Store is safe for concurrent use.
+// is an error matching ErrProtocol. Store is safe for concurrent use, but
+// calls share one connection: a Get or Wait waiting for a key holds it, and a
+// Set from another goroutine waits behind it (as with PyTorch's own client).
+// Give a writer that must not wait its own DialStore.
 type Store struct {
 	addr  string
 	proto protocol

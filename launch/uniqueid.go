@@ -63,6 +63,8 @@ type Share struct {
 	// Name tells a communicator's id from another's in the same job: the store
 	// key carries it (see IDKey). "" means "default".
 	Name string
+
+	badVia string // an -idvia value ParseVia refused, for Choose to name
 }
 
 // UniqueID returns the id every rank of job passes to Library.InitRank. lib
@@ -126,6 +128,9 @@ func UniqueID(ctx context.Context, lib *nccl.Library, job Job, s Share) (nccl.Un
 // Choose returns the way UniqueID takes for job and s, or the error it would
 // return for having none; ViaAuto for a job of one, which shares nothing.
 func Choose(job Job, s Share) (Via, error) {
+	if s.badVia != "" {
+		return 0, fmt.Errorf("launch: -idvia %s: want auto, commid, file or store", quote(s.badVia))
+	}
 	if s.Via != ViaAuto {
 		if s.Via < ViaAuto || s.Via > ViaStore {
 			return 0, fmt.Errorf("launch: %v is not a way to share the unique id", s.Via)

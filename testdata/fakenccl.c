@@ -301,6 +301,10 @@ typedef struct {
     uint64_t len;
 } hdr;
 
+/* The most one message may carry: the fakes' buffers are host memory, and a
+ * larger length is a desynchronised or hostile peer. */
+#define MAX_WIRE ((uint64_t)16 << 30)
+
 typedef struct {
     char* p;
     size_t n, cap;
@@ -384,7 +388,7 @@ __attribute__((unused)) static void rb_addr(rbuf* r, netaddr* a) {
 /* recv_msg reads one message, blocking; the payload is malloc'd. */
 static int recv_msg(int fd, uint32_t* type, char** payload, size_t* n) {
     hdr h;
-    if (recv_all(fd, &h, sizeof h) || h.len > ((uint64_t)1 << 40)) return -1;
+    if (recv_all(fd, &h, sizeof h) || h.len > MAX_WIRE) return -1;
     char* p = malloc(h.len ? h.len : 1);
     if (!p || recv_all(fd, p, h.len)) {
         free(p);
@@ -872,7 +876,12 @@ static int rpc_recv(comm* c, comm* also, char** out, rbuf* r) {
     for (;;) {
         hdr h;
         if ((st = recv_abortable(c, also, &h, sizeof h))) break;
-        char* p = malloc(h.len + 1);
+        char* p = h.len <= MAX_WIRE ? malloc(h.len + 1) : NULL;
+        if (!p) { /* a desynchronised or hostile hub: stop here, loudly */
+            fprintf(stderr, "fakenccl: a reply of %llu bytes from the hub: refused\n", (unsigned long long)h.len);
+            st = -2;
+            break;
+        }
         if ((st = recv_abortable(c, also, p, h.len))) {
             free(p);
             break;
@@ -3417,8 +3426,10 @@ static void serve_coll(conn* k, rbuf* in) {
     t->send = rb_take(in, sb);
     size_t cur = rb_u64(in);
     const char* old = rb_take(in, cur);
-    if (in->bad || t->kind < 0 || t->kind > kAlltoAllv || t->kind == kSend || t->kind == kRecv || t->type < 0 ||
-        t->type >= NUM_TYPES || t->op < 0 || t->op > opPreMul) {
+    int bad = in->bad || t->kind < 0 || t->kind > kAlltoAllv || t->kind == kSend || t->kind == kRecv || t->type < 0 ||
+              t->type >= NUM_TYPES || t->op < 0 || t->op > opPreMul || t->root < 0 || t->root >= n;
+    if (!bad && sb < in_bytes(t)) bad = 1; /* fewer input bytes than the collective reads */
+    if (bad) {
         reply_status(k, fail(ncclInternalError, "fakenccl hub: bad collective request"), my_error);
         wb_u64(&k->reply, 0);
         free(t->a2av);
