@@ -3,7 +3,6 @@ package nccl
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
@@ -94,7 +93,7 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int, cfg *Config, flags int
 	if len(exclude) >= c.nranks {
 		return nil, argError(op, "excluding %d of %d ranks leaves none", len(exclude), c.nranks)
 	}
-	return c.derive(ctx, op, cfg, func(h, out, cfgPtr uintptr) error {
+	return c.derive(ctx, op, cfg, false, func(h, out, cfgPtr uintptr) error {
 		return c.lib.callPtr(fnCommShrink, h, uintptr(unsafe.Pointer(&list[0])), uintptr(len(list)), out, cfgPtr, uintptr(int32(flags)))
 	})
 }
@@ -137,7 +136,7 @@ func (c *Comm) Grow(ctx context.Context, nranks int, id *UniqueID, cfg *Config) 
 		idp = new(UniqueID)
 		*idp = *id
 	}
-	return c.derive(ctx, op, cfg, func(h, out, cfgPtr uintptr) error {
+	return c.derive(ctx, op, cfg, false, func(h, out, cfgPtr uintptr) error {
 		return c.lib.callPtr(fnCommGrow, h, uintptr(nranks), uintptr(unsafe.Pointer(idp)), ^uintptr(0), out, cfgPtr)
 	})
 }
@@ -159,69 +158,6 @@ func (l *Library) GrowRank(ctx context.Context, dev int, id UniqueID, nranks, ra
 	return l.initComm(ctx, op, dev, nranks, rank, cfg, func(h *uintptr, cfgPtr uintptr) error {
 		return l.callPtr(fnCommGrow, 0, uintptr(nranks), uintptr(unsafe.Pointer(idp)), uintptr(rank), uintptr(unsafe.Pointer(h)), cfgPtr)
 	})
-}
-
-// derive runs one call that makes a communicator from c (Shrink, Grow) the
-// way Split does: on c's device, with c's blocking mode; a non-blocking call
-// writes the new handle when it finishes, into a place kept by c if the wait
-// ends early. call gets c's handle, where to write the new one and the config.
-func (c *Comm) derive(ctx context.Context, op string, cfg *Config, call func(h, out, cfgPtr uintptr) error) (*Comm, error) {
-	l := c.lib
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	blocking := c.blocking
-	if cfg != nil && cfg.Blocking != nil && *cfg.Blocking != blocking {
-		return nil, argError(op, "Config.Blocking %v differs from the parent's: a derived communicator keeps its parent's mode", *cfg.Blocking)
-	}
-	out := new(uintptr)
-	var buf *configBuffer
-	err := l.onDevice(op, c.dev, func() error {
-		var ptr uintptr
-		var err error
-		if buf, ptr, err = encodeConfig(op, withBlocking(cfg, blocking), l.version); err != nil {
-			return err
-		}
-		h, err := c.enter(op, false)
-		if err != nil {
-			return err
-		}
-		err = call(h, uintptr(unsafe.Pointer(out)), ptr)
-		c.exit()
-		return err
-	})
-	if isInProgress(err) || err == nil && !c.blocking {
-		if err = c.waitReady(ctx, op, false); err != nil {
-			err = c.abortAfter(err)
-		}
-	}
-	if err != nil {
-		c.keep(out)
-	}
-	nh := atomic.LoadUintptr(out)
-	if err != nil || nh == 0 {
-		if nh != 0 {
-			l.call(fnCommAbort, nh)
-		}
-		buf.free()
-		if err == nil {
-			err = &Error{Op: op, Code: abi.InternalError, Msg: "NCCL returned no communicator"}
-		}
-		return nil, err
-	}
-	nc := l.newComm(nh, c.dev, -1, -1, blocking, buf)
-	if err := nc.ready(ctx, op); err != nil {
-		return nil, err
-	}
-	if err := nc.readShape(); err != nil {
-		nc.Abort()
-		return nil, err
-	}
-	if err := nc.confirmDevice(op); err != nil {
-		nc.Abort()
-		return nil, err
-	}
-	return nc, nil
 }
 
 // confirmDevice checks that NCCL bound the communicator to the device gonccl

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/gonccl/nccl/abi"
 )
 
 // Communicator creation. Every form takes a context: with a non-blocking
@@ -235,16 +237,28 @@ func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (*Comm, e
 	if key < -1<<31 || key > 1<<31-1 {
 		return nil, argError(op, "key %d is not a C int", key)
 	}
+	return c.derive(ctx, op, cfg, color == SplitNoColor, func(h, out, cfgPtr uintptr) error {
+		return l.callPtr(fnCommSplit, h, uintptr(int32(color)), uintptr(int32(key)), out, cfgPtr)
+	})
+}
+
+// derive runs one call that makes a communicator from c (Split, Shrink,
+// Grow): on c's device, with c's blocking mode. A non-blocking call writes the
+// new handle when it finishes, after the call returned: the place it writes to
+// lives on the heap, and if the wait for it ends early c keeps it until c is
+// freed. A context that ends first aborts c (NCCL cannot abandon the call half
+// done) and with it the new communicator. call gets c's handle, where to write
+// the new one and the config. none says NCCL may rightly make no communicator
+// (Split's SplitNoColor): derive then returns nil and no error.
+func (c *Comm) derive(ctx context.Context, op string, cfg *Config, none bool, call func(h, out, cfgPtr uintptr) error) (*Comm, error) {
+	l := c.lib
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	blocking := c.blocking
 	if cfg != nil && cfg.Blocking != nil && *cfg.Blocking != blocking {
-		return nil, argError(op, "Config.Blocking %v differs from the parent's: a split communicator keeps its parent's mode", *cfg.Blocking)
+		return nil, argError(op, "Config.Blocking %v differs from the parent's: a derived communicator keeps its parent's mode", *cfg.Blocking)
 	}
-	// A non-blocking split writes the new handle when it finishes, after the
-	// call returned: the place it writes to lives on the heap, and if the wait
-	// for it ends early the parent keeps it until the parent is freed.
 	out := new(uintptr)
 	var buf *configBuffer
 	err := l.onDevice(op, c.dev, func() error {
@@ -257,16 +271,12 @@ func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (*Comm, e
 		if err != nil {
 			return err
 		}
-		err = l.callPtr(fnCommSplit, h, uintptr(int32(color)), uintptr(int32(key)), uintptr(unsafe.Pointer(out)), ptr)
+		err = call(h, uintptr(unsafe.Pointer(out)), ptr)
 		c.exit()
 		return err
 	})
 	if isInProgress(err) || err == nil && !c.blocking {
-		// The parent says when the split is done; a context that ends first
-		// aborts the parent (the split cannot be abandoned alone) and with it
-		// the new communicator.
-		err = c.waitReady(ctx, op, false)
-		if err != nil {
+		if err = c.waitReady(ctx, op, false); err != nil {
 			err = c.abortAfter(err)
 		}
 	}
@@ -279,6 +289,9 @@ func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (*Comm, e
 			l.call(fnCommAbort, nh)
 		}
 		buf.free()
+		if err == nil && !none {
+			err = &Error{Op: op, Code: abi.InternalError, Msg: "NCCL returned no communicator"}
+		}
 		return nil, err
 	}
 	nc := l.newComm(nh, c.dev, -1, -1, blocking, buf)
@@ -286,6 +299,10 @@ func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (*Comm, e
 		return nil, err
 	}
 	if err := nc.readShape(); err != nil {
+		nc.Abort()
+		return nil, err
+	}
+	if err := nc.confirmDevice(op); err != nil {
 		nc.Abort()
 		return nil, err
 	}
