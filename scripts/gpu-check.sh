@@ -7,7 +7,9 @@
 #
 # Libraries checked: the system NCCL, the NCCL of a PyTorch virtualenv
 # (TORCH_VENV, default /opt/torch/.venv) and, when VCCL_LIB names a folder with a
-# VCCL build, that too. NCCL_NVLS_ENABLE=0 always: NVLink multicast stays off.
+# VCCL build, that too, and when SRC_LIB names the folder of an NCCL built from
+# source (BUILD_NCCL=v2.30.7-1 builds one with .gpu/build-nccl.sh, beside the
+# other checks), that too. NCCL_NVLS_ENABLE=0 always: NVLink multicast stays off.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -16,11 +18,14 @@ case "${1:-}" in
 build)
   set -e
   mkdir -p .gpu/bin
-  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -tags gpu -c -o .gpu/bin/nccl-gpu.test .
-  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o .gpu/bin/nccl-info ./cmd/nccl-info
-  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o .gpu/bin/nccl-bench ./cmd/nccl-bench
+  # -s -w: no symbol table or DWARF (stack traces keep their names), so
+  # that the binaries travel in less than half the space.
+  export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
+  go test -tags gpu -ldflags='-s -w' -c -o .gpu/bin/nccl-gpu.test .
+  go build -ldflags='-s -w' -o .gpu/bin/nccl-info ./cmd/nccl-info
+  go build -ldflags='-s -w' -o .gpu/bin/nccl-bench ./cmd/nccl-bench
   mkdir -p .gpu/bin/examples
-  CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o .gpu/bin/examples/ ./examples/...
+  go build -ldflags='-s -w' -o .gpu/bin/examples/ ./examples/...
   ls -la .gpu/bin
   ;;
 run)
@@ -67,11 +72,14 @@ run)
     local T="-timeout 45s"
     run_example env "$@" $E/allreduce -np 2 $T
     run_example env "$@" $E/allreduce -np 2 $T -idfile "/tmp/gonccl-id-$label-$$"
+    run_example env "$@" $E/dataparallel -np 2 $T
     if command -v mpirun >/dev/null; then
       local xs=() kv
       for kv in "$@"; do xs+=(-x "${kv%%=*}"); done
       run_example env "$@" mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE "${xs[@]}" \
         -x NCCL_COMM_ID=127.0.0.1:$port $E/allreduce $T
+      run_example env "$@" mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE "${xs[@]}" \
+        -x NCCL_COMM_ID=127.0.0.1:$((port+5)) $E/dataparallel $T
     fi
     run_example env "$@" bash -c "MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port+1)) WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 $E/allreduce $T & MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port+1)) WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 $E/allreduce $T && wait \$!"
     # The real torchrun: the ranks share the id through the TCPStore its
@@ -81,6 +89,9 @@ run)
       run_example env "$@" "$VENV/bin/torchrun" --no-python --nproc-per-node=2 --master-port=$((port+2)) $E/allreduce $T
       run_example env "$@" "$VENV/bin/torchrun" --no-python --nproc-per-node=2 --rdzv-backend=c10d \
         --rdzv-endpoint=127.0.0.1:$((port+3)) $E/allreduce $T
+      run_example env "$@" "$VENV/bin/torchrun" --no-python --nproc-per-node=2 --master-port=$((port+6)) $E/dataparallel $T
+      run_example env "$@" "$VENV/bin/torchrun" --no-python --nproc-per-node=2 --rdzv-backend=c10d \
+        --rdzv-endpoint=127.0.0.1:$((port+7)) $E/dataparallel $T
     fi
     # A Go rank and a Python rank (PyTorch's TCPStore, CuPy's NCCL) in one
     # communicator: both sides must run the same NCCL, the wheel's.
@@ -96,11 +107,15 @@ run)
     run_example env "$@" $E/dataparallel $T
     grep -h "checksum\|correct\|identical" "$log" | sed 's/^/      /' >>"$summary"
   }
+  if [ -n "${BUILD_NCCL:-}" ]; then
+    (bash .gpu/build-nccl.sh "$BUILD_NCCL" >"$LOGS/build-nccl.txt" 2>&1) &
+    nccl_build=$!
+  fi
   if [ -n "${BUILD_VCCL:-}" ] && [ -d .gpu/vccl ]; then
     VCCL_LIB=$(bash .gpu/build-vccl.sh) && echo "VCCL built: $VCCL_LIB" | tee -a "$summary"
   fi
-  # ONLY=vccl (or system, wheel) runs one library's checks.
-  want() { [ -z "${ONLY:-}" ] || [ "$ONLY" = "$1" ]; }
+  # ONLY="vccl src" (any of system, wheel, vccl, src) runs those libraries' checks.
+  want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
   want system && check system
   [ -n "$WHEEL" ] && want wheel && check wheel GONCCL_NCCL_LIB="$WHEEL"
   if [ -n "$WHEEL" ] && want wheel; then # the same wheel found through VIRTUAL_ENV: the search only
@@ -109,6 +124,11 @@ run)
     grep -E "file|found by|version" "$LOGS/nccl-info-venv.txt" | head -5 | sed 's/^/   /' | tee -a "$summary"
   fi
   [ -n "${VCCL_LIB:-}" ] && want vccl && check vccl GONCCL_NCCL_LIB="$VCCL_LIB"
+  if [ -n "${nccl_build:-}" ]; then
+    wait "$nccl_build" && SRC_LIB=$(tail -1 "$LOGS/build-nccl.txt") &&
+      echo "NCCL $BUILD_NCCL built: $SRC_LIB" | tee -a "$summary"
+  fi
+  [ -n "${SRC_LIB:-}" ] && want src && check src GONCCL_NCCL_LIB="$SRC_LIB"
   tar czf "$OUT/logs.tar.gz" -C "$LOGS" .
   cat "$summary"
   ;;

@@ -7,7 +7,8 @@
 #
 # Ranks in different processes meet through the fakes as through NCCL, over
 # loopback TCP: allreduce as jobs of 2 and 3 processes (-np: NCCL_COMM_ID, rank
-# 0 hosting the rendezvous), with an id file under -np, and as two processes
+# 0 hosting the rendezvous), dataparallel as jobs of 2 and 3 processes (the
+# weights compared bit for bit across the ranks), with an id file under -np, and as two processes
 # started by hand with torchrun's variables and an id file but no NCCL_COMM_ID
 # (rank 0's ncclGetUniqueId hosts it); nccl-bench -np 2 over int8 data, every
 # result checked on every rank (-c 1), on the default and VCCL variants (VCCL:
@@ -89,6 +90,8 @@ for v in default vccl11; do
   run $v $E/allreduce -np 2 -n 65536 -timeout 30s
   run $v $E/allreduce -np 3 -n 65536 -timeout 30s
   run $v $E/allreduce -np 2 -n 65536 -timeout 30s -idfile "$work/id-np-$v"
+  run $v $E/dataparallel -np 2 -samples 512 -timeout 30s
+  run $v $E/dataparallel -np 3 -samples 512 -timeout 30s -idfile "$work/id-dp-$v"
   pair $v
   for op in all_reduce all_gather reduce_scatter alltoall broadcast gather sendrecv alltoallv; do
     bench $v -np 2 -op $op
