@@ -3,6 +3,7 @@ package nccl
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -55,14 +56,19 @@ type Comm struct {
 	// closing, for Close's own calls). Abort moves the state to aborting;
 	// whoever sees the count reach zero in that state frees the communicator,
 	// so it is never freed under a call.
-	life     atomic.Int64
-	released atomic.Bool
-	revoked  atomic.Bool   // Revoke succeeded: Close destroys without finalizing
-	done     chan struct{} // closed once freed
-	freeErr  error         // what freeing returned; read after done
+	life       atomic.Int64
+	released   atomic.Bool
+	revoked    atomic.Bool   // Revoke succeeded: Close destroys without finalizing
+	onDeadline atomic.Int32  // DeadlineAction of Wait
+	done       chan struct{} // closed once freed
+	freeErr    error         // what freeing returned; read after done
 
 	keptMu sync.Mutex
 	kept   []*uintptr // where NCCL writes after a call returned (non-blocking Split, windows)
+
+	graphs    atomic.Int32 // live Graphs holding its operations (see Graph)
+	graphMu   sync.Mutex
+	graphList []*Graph
 }
 
 // keep holds p, a place NCCL may still write to because the wait for the
@@ -147,6 +153,16 @@ func (c *Comm) free(sym int) error {
 		<-c.done
 		return c.freeErr
 	}
+	if sym == fnCommAbort && c.graphs.Load() > 0 {
+		// NCCL would wait in ncclCommAbort for the graphs holding the
+		// communicator to be destroyed: an abort cannot wait for the user.
+		c.graphMu.Lock()
+		gs := slices.Clone(c.graphList)
+		c.graphMu.Unlock()
+		for _, g := range gs {
+			g.Destroy()
+		}
+	}
 	err := c.lib.call(sym, c.h)
 	if isInProgress(err) { // a non-blocking destroy runs on; NCCL owns it now
 		err = nil
@@ -161,7 +177,10 @@ func (c *Comm) free(sym int) error {
 
 // Abort ends the communicator at once (ncclCommAbort), cancelling its
 // outstanding work on the GPU, and returns without waiting for calls other
-// goroutines have inside NCCL: the last of them to return frees it. It is the
+// goroutines have inside NCCL: the last of them to return frees it. Graphs
+// captured through gonccl that hold its operations are destroyed first
+// (NCCL >= 2.26 would wait for them); their later Launch and Destroy return
+// errors matching ErrClosed. It is the
 // way out of a hung operation, a blocked init, Split or Close, and of a peer
 // that died. It returns an error matching ErrClosed if the communicator was
 // already closed or aborted.
@@ -188,8 +207,17 @@ func (c *Comm) Abort() error {
 // ErrClosed). Later calls return an error matching ErrClosed.
 //
 // Only a non-blocking communicator's Close can be interrupted (see Comm).
+//
+// While CUDA graphs captured through gonccl hold the communicator's
+// operations, Close refuses with an error matching ErrGraphsAlive and leaves
+// the communicator open: NCCL (>= 2.26) would wait in ncclCommDestroy until
+// they are destroyed, and launching them afterwards would use freed memory.
+// Destroy the graphs first (see Graph).
 func (c *Comm) Close(ctx context.Context) error {
 	const op = "ncclCommFinalize"
+	if n := c.graphs.Load(); n > 0 && c.state() == stOpen {
+		return fmt.Errorf("%s: %d CUDA graph(s) hold this communicator's operations; destroy them first: %w", op, n, ErrGraphsAlive)
+	}
 	if _, ok := c.moveState(stClosing, stOpen); !ok {
 		return &ClosedError{Op: op, What: "communicator"}
 	}

@@ -18,6 +18,9 @@ var (
 	ErrTooOld = errors.New("library too old")
 	// ErrClosed: the communicator was destroyed or aborted, or the library closed.
 	ErrClosed = errors.New("closed")
+	// ErrGraphsAlive: Comm.Close refused because CUDA graphs captured
+	// through gonccl still hold the communicator's operations.
+	ErrGraphsAlive = errors.New("CUDA graphs hold the communicator")
 
 	// One per ncclResult_t, matched by *Error.
 	ErrUnhandledCuda   = errors.New("unhandled CUDA error")

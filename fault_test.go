@@ -341,3 +341,98 @@ func TestFaultToleranceRequires(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitRevokesOnDeadline: under RevokeOnDeadline a Wait whose context ends
+// while a peer never joins revokes the communicator instead of aborting it:
+// the error wraps the deadline, the communicator is revoked but not closed,
+// and the ranks that waited shrink the missing rank away and go on. The
+// default (AbortOnDeadline) still aborts; an older library refuses the action
+// with the typed version error.
+func TestWaitRevokesOnDeadline(t *testing.T) {
+	for _, m := range commModes {
+		t.Run(m.name, func(t *testing.T) {
+			l := open(t, "v230")
+			ranks := startRanks(t, l, 3, m)
+			ctx := m.ctx(t)
+			onRanks(t, []int{0, 1, 2}, func(r int) error { return sumCheck(ctx, ranks[r].comm, ranks[r].s, uint64(r), tags(0, 1, 2)) })
+			if err := ranks[0].comm.SetDeadlineAction(nccl.DeadlineAction(7)); !errors.Is(err, nccl.ErrInvalidArgument) {
+				t.Errorf("SetDeadlineAction(7): %v", err)
+			}
+			for _, r := range []int{0, 1} {
+				if err := ranks[r].comm.SetDeadlineAction(nccl.RevokeOnDeadline); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hang(t, ranks, 0, 1) // rank 2 is gone
+			onRanks(t, []int{0, 1}, func(r int) error {
+				wctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				defer cancel()
+				err := ranks[r].comm.Wait(wctx, ranks[r].s)
+				if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "revoked") {
+					return fmt.Errorf("Wait: %v, want the deadline and a revoked communicator", err)
+				}
+				if !ranks[r].comm.Revoked() {
+					return errors.New("not Revoked() after the Wait")
+				}
+				select {
+				case <-ranks[r].comm.Done():
+					return errors.New("the communicator was freed: aborted, not revoked")
+				default:
+				}
+				return ranks[r].s.Synchronize() // the hung all-reduce was stopped
+			})
+			subs := make([]*nccl.Comm, 2)
+			onRanks(t, []int{0, 1}, func(r int) error {
+				sub, err := ranks[r].comm.Shrink(ctx, []int{2}, nil, nccl.ShrinkAbort)
+				if err != nil {
+					return err
+				}
+				subs[r] = sub
+				return sumCheck(ctx, sub, ranks[r].s, uint64(r), tags(0, 1))
+			})
+			for r, rk := range ranks {
+				if r < 2 {
+					if err := subs[r].Close(ctx); err != nil {
+						t.Errorf("rank %d: Close of the shrunk communicator: %v", r, err)
+					}
+				}
+				if r == 2 {
+					rk.comm.Abort() // the "dead" rank
+					continue
+				}
+				if err := rk.comm.Close(ctx); err != nil {
+					t.Errorf("rank %d: Close of the revoked communicator: %v", r, err)
+				}
+			}
+		})
+	}
+	t.Run("abort by default", func(t *testing.T) {
+		l := open(t, "v230")
+		ranks := startRanks(t, l, 2, commModes[1])
+		ctx := commModes[1].ctx(t)
+		onRanks(t, []int{0, 1}, func(r int) error { return sumCheck(ctx, ranks[r].comm, ranks[r].s, uint64(r), tags(0, 1)) })
+		hang(t, ranks, 0)
+		wctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if err := ranks[0].comm.Wait(wctx, ranks[0].s); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait: %v", err)
+		}
+		<-ranks[0].comm.Done()
+		if ranks[0].comm.Revoked() {
+			t.Error("revoked under AbortOnDeadline")
+		}
+		ranks[1].comm.Abort()
+	})
+	t.Run("older library", func(t *testing.T) {
+		l := open(t, "default") // NCCL 2.28.3: no ncclCommRevoke
+		ranks := startRanks(t, l, 1, commModes[0])
+		var ue *nccl.UnsupportedError
+		if err := ranks[0].comm.SetDeadlineAction(nccl.RevokeOnDeadline); !errors.As(err, &ue) || !strings.Contains(err.Error(), "2.28.7") {
+			t.Errorf("SetDeadlineAction(RevokeOnDeadline) on 2.28.3: %v", err)
+		}
+		if err := ranks[0].comm.SetDeadlineAction(nccl.AbortOnDeadline); err != nil {
+			t.Error(err)
+		}
+		ranks[0].comm.Close(context.Background())
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -94,6 +95,7 @@ type capture struct {
 	dev    int
 	tid    int       // the OS thread the capturing goroutine is locked to
 	events []uintptr // events recorded into the capture
+	comms  []*Comm   // communicators whose operations were captured
 }
 
 func (c *capture) refuse(op, msg string) error {
@@ -181,6 +183,18 @@ func (cu *CUDA) noteRecord(ev, h uintptr) {
 		c.events = removeHandle(c.events, ev)
 		if c.stream == h {
 			c.events = append(c.events, ev)
+		}
+	}
+}
+
+// noteComm records that c enqueued an operation on stream h, if h captures:
+// the graph will hold c's operations (see Comm.Close).
+func (cu *CUDA) noteComm(c *Comm, h uintptr) {
+	cu.capt.mu.Lock()
+	defer cu.capt.mu.Unlock()
+	for _, cp := range cu.capt.open {
+		if cp.stream == h && h != 0 && !slices.Contains(cp.comms, c) {
+			cp.comms = append(cp.comms, c)
 		}
 	}
 }
@@ -275,6 +289,13 @@ func (cu *CUDA) EndCapture(s Stream) (*Graph, error) {
 	if err != nil {
 		cu.call(cuGraphDestroy, graph)
 		return nil, err
+	}
+	g.comms = c.comms
+	for _, cm := range g.comms {
+		cm.graphs.Add(1)
+		cm.graphMu.Lock()
+		cm.graphList = append(cm.graphList, g)
+		cm.graphMu.Unlock()
 	}
 	return g, nil
 }
@@ -375,15 +396,36 @@ func (s Stream) Capturing() (CaptureStatus, error) {
 
 // Graph is an instantiated CUDA graph (a cudaGraphExec_t, with the cudaGraph_t
 // it came from) of one device. Launch it on a stream of that device; Destroy
-// it when done. With NCCL >= 2.26, destroying a communicator waits until every
-// graph that captured its operations is destroyed: destroy graphs first.
+// it when done.
+//
+// A graph that captured a communicator's operations holds that communicator:
+// NCCL (>= 2.26) makes ncclCommDestroy and ncclCommAbort wait until every such
+// graph is destroyed, and launching one after its communicator is freed would
+// use freed memory. So Comm.Close refuses (ErrGraphsAlive) while graphs
+// captured through gonccl hold the communicator, and Comm.Abort destroys them
+// first. Destroy the graphs before closing. Graphs captured by another library
+// (a PyTorch capture on a wrapped stream) are not known to gonccl.
+//
+// Launch and Destroy may be called from any goroutine: a Destroy (or an Abort
+// of a communicator it holds) never frees the graph under a Launch in progress.
 type Graph struct {
-	cu        *CUDA
-	graph     uintptr
-	exec      uintptr
-	dev       int
-	destroyed atomic.Bool
+	cu    *CUDA
+	graph uintptr
+	exec  uintptr
+	dev   int
+	comms []*Comm // the communicators whose operations it holds
+
+	// life: graphDestroyed once Destroy was asked for, plus the number of
+	// Launch calls inside CUDA; whoever leaves it at exactly graphDestroyed
+	// frees the graph.
+	life     atomic.Int64
+	released atomic.Bool // free ran (refused launches also leave at graphDestroyed)
+	freeErr  error
+	freed    chan struct{}
+	once     sync.Once
 }
+
+const graphDestroyed = 1 << 62
 
 // Handle is the cudaGraphExec_t.
 func (g *Graph) Handle() uintptr { return g.exec }
@@ -393,11 +435,16 @@ func (g *Graph) Device() int { return g.dev }
 
 // Launch enqueues the graph's work on s (cudaGraphLaunch), which must be on
 // the graph's device. It allocates nothing.
-func (g *Graph) Launch(s Stream) error {
+func (g *Graph) Launch(s Stream) (err error) {
 	const op = "cudaGraphLaunch"
-	if g == nil || g.destroyed.Load() {
-		return argError(op, "a nil or destroyed graph")
+	if g == nil {
+		return argError(op, "a nil graph")
 	}
+	if g.life.Add(1)&graphDestroyed != 0 {
+		g.leave()
+		return &ClosedError{Op: op, What: "graph"}
+	}
+	defer g.leave()
 	if s.cu != nil && s.dev != g.dev {
 		return argError(op, "graph of device %d, stream on device %d", g.dev, s.dev)
 	}
@@ -408,15 +455,60 @@ func (g *Graph) Launch(s Stream) error {
 }
 
 // Destroy destroys the executable graph and the graph (launches already
-// enqueued still run). A second Destroy is refused.
+// enqueued still run), and releases the communicators it holds. A second
+// Destroy, or a Destroy after an Abort of a communicator it held destroyed
+// it, returns an error matching ErrClosed.
 func (g *Graph) Destroy() error {
 	const op = "cudaGraphExecDestroy"
-	if g == nil || !g.destroyed.CompareAndSwap(false, true) {
-		return argError(op, "a nil or already destroyed graph")
+	if g == nil {
+		return argError(op, "a nil graph")
+	}
+	for {
+		v := g.life.Load()
+		if v&graphDestroyed != 0 {
+			return &ClosedError{Op: op, What: "graph"}
+		}
+		if g.life.CompareAndSwap(v, v|graphDestroyed) {
+			if v == 0 {
+				return g.free()
+			}
+			<-g.freedChan() // the last Launch out frees it
+			return g.freeErr
+		}
+	}
+}
+
+// leave ends a Launch; the last one out of a destroyed graph frees it.
+func (g *Graph) leave() {
+	if g.life.Add(-1) == graphDestroyed {
+		g.free()
+	}
+}
+
+func (g *Graph) freedChan() chan struct{} {
+	g.once.Do(func() { g.freed = make(chan struct{}) })
+	return g.freed
+}
+
+// free destroys the CUDA objects, once, and releases the communicators.
+func (g *Graph) free() error {
+	if !g.released.CompareAndSwap(false, true) {
+		<-g.freedChan()
+		return g.freeErr
 	}
 	err := g.cu.call(cuGraphExecDestroy, g.exec)
 	if gerr := g.cu.call(cuGraphDestroy, g.graph); err == nil {
 		err = gerr
 	}
+	g.freeErr = err
+	for _, c := range g.comms {
+		c.graphMu.Lock()
+		if i := slices.Index(c.graphList, g); i >= 0 {
+			c.graphList = slices.Delete(c.graphList, i, i+1)
+		}
+		c.graphMu.Unlock()
+		c.graphs.Add(-1)
+	}
+	close(g.freedChan())
 	return err
 }

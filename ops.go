@@ -328,6 +328,9 @@ func (c *Comm) stream(sym int, args ...uintptr) error {
 		return err
 	}
 	args[len(args)-2] = h
+	if cu := c.lib.cuda; cu != nil && cu.capt.n.Load() != 0 {
+		cu.noteComm(c, args[len(args)-1])
+	}
 	err = c.lib.call(sym, args...)
 	c.exit()
 	return c.settled(ncclSymbols[sym].name, err)

@@ -15,8 +15,10 @@ import (
 
 // Wait blocks until the work enqueued on s so far has finished, the
 // communicator reports an asynchronous error (a peer died, NCCL failed), or ctx
-// ends. On ctx's end it aborts the communicator, the only way to free a hung
-// NCCL operation, and returns an error wrapping ctx.Err().
+// ends. On ctx's end it frees the hung NCCL operation and returns an error
+// wrapping ctx.Err(): by aborting the communicator, or, after
+// SetDeadlineAction(RevokeOnDeadline), by revoking it so that the ranks still
+// alive can Shrink it.
 func (c *Comm) Wait(ctx context.Context, s Stream) error {
 	const op = "Wait"
 	if s.cu == nil && s.h != 0 {
@@ -44,9 +46,67 @@ func (c *Comm) Wait(ctx context.Context, s Stream) error {
 		return done, err
 	})
 	if err != nil && ctx.Err() != nil {
+		if DeadlineAction(c.onDeadline.Load()) == RevokeOnDeadline && !c.revoked.Load() {
+			return c.revokeAfter(err)
+		}
 		return c.abortAfter(err)
 	}
 	return err
+}
+
+// DeadlineAction is what Wait does to the communicator when its context ends
+// before the work does.
+type DeadlineAction int32
+
+const (
+	// AbortOnDeadline (the default) aborts the communicator: it is freed, and
+	// every later call returns an error matching ErrClosed.
+	AbortOnDeadline DeadlineAction = iota
+	// RevokeOnDeadline revokes it (ncclCommRevoke, NCCL >= 2.28.7): the
+	// in-flight work stops, later operations fail, and the communicator stays
+	// for Shrink (with ShrinkAbort), Split or Close. For jobs that go on
+	// without a dead rank. If the revoke fails, or does not end within
+	// RevokeGrace, the communicator is aborted after all.
+	RevokeOnDeadline
+)
+
+// RevokeGrace bounds the revoke that Wait makes under RevokeOnDeadline.
+const RevokeGrace = 30 * time.Second
+
+// SetDeadlineAction sets what Wait does when its context ends first (see
+// DeadlineAction). RevokeOnDeadline needs ncclCommRevoke (NCCL >= 2.28.7); on
+// an older library it returns the *UnsupportedError and changes nothing.
+func (c *Comm) SetDeadlineAction(a DeadlineAction) error {
+	switch a {
+	case AbortOnDeadline:
+	case RevokeOnDeadline:
+		if c.lib.fn[fnCommRevoke] == 0 {
+			return c.lib.unsupported(fnCommRevoke)
+		}
+	default:
+		return argError("SetDeadlineAction", "action %d: want AbortOnDeadline or RevokeOnDeadline", a)
+	}
+	c.onDeadline.Store(int32(a))
+	return nil
+}
+
+// Revoked reports whether Revoke (or a Wait under RevokeOnDeadline) revoked
+// the communicator: its operations fail, and Shrink, Split and Close remain.
+func (c *Comm) Revoked() bool { return c.revoked.Load() }
+
+// revokeAfter revokes the communicator after a wait ended by its context, and
+// returns cause noting that, or the revoke's failure (it aborted then).
+func (c *Comm) revokeAfter(cause error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), RevokeGrace)
+	defer cancel()
+	if err := c.Revoke(ctx); err != nil {
+		if isClosed(err) {
+			return cause
+		}
+		// The operation still hangs: free it the other way.
+		return c.abortAfter(fmt.Errorf("%w (revoke failed, communicator aborted: %v)", cause, err))
+	}
+	return fmt.Errorf("%w (communicator revoked: Shrink or Close it)", cause)
 }
 
 // waitFor polls cond until it reports done or an error, ctx ends (an error
