@@ -309,9 +309,11 @@ func (cu *CUDA) EndCapture(s Stream) (*Graph, error) {
 // capture is ended and discarded and fn's error (or panic) is what comes out.
 //
 // NCCL operations can be captured with a real NCCL (>= 2.9; every rank must
-// capture the same operations, and a graph launch is then collective). The
-// fake NCCL of gonccl's tests cannot be captured yet: its operations fail
-// with ncclUnhandledCudaError and the capture is invalidated.
+// capture the same operations, and a graph launch is then collective), and
+// with the fake NCCL of gonccl's tests, which replays them the same way (each
+// launch runs the captured operations afresh, matched across ranks in launch
+// order). A graph holding a communicator's operations holds the communicator:
+// see Graph.
 //
 // CUDA graphs capture the work enqueued on a stream once, to launch it many
 // times. A launch is one call however many operations the graph holds, which

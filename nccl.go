@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -135,6 +136,24 @@ func (l *Library) Has(name string) bool {
 		}
 	}
 	return false
+}
+
+// Require returns nil if the library exports every named C function, else
+// the *UnsupportedError of the first it lacks ("requires >= 2.29.2"), the
+// same error a call of it would return: a program can say at start-up that
+// the loaded NCCL is too old, before making communicators. A name gonccl does
+// not bind is an error matching ErrInvalidArgument.
+func (l *Library) Require(names ...string) error {
+	for _, name := range names {
+		i := slices.IndexFunc(ncclSymbols[:], func(s symbol) bool { return s.name == name })
+		if i < 0 {
+			return argError("Require", "%q is not an NCCL function gonccl binds", name)
+		}
+		if l.fn[i] == 0 {
+			return l.unsupported(i)
+		}
+	}
+	return nil
 }
 
 // Features lists the functions some supported releases lack, and whether this

@@ -109,10 +109,14 @@ func (c *Comm) revokeAfter(cause error) error {
 	return fmt.Errorf("%w (communicator revoked: Shrink or Close it)", cause)
 }
 
+// spinFor is how long waitFor polls without sleeping.
+const spinFor = 500 * time.Microsecond
+
 // waitFor polls cond until it reports done or an error, ctx ends (an error
 // wrapping ctx.Err()), or the communicator is aborted (an error matching
-// ErrClosed). It starts with a few yields, for waits that end within
-// microseconds, then sleeps up to a millisecond between polls.
+// ErrClosed). It yields between polls for spinFor, for waits that end within
+// microseconds (an operation's launch on a non-blocking communicator), then
+// sleeps between polls, up to a millisecond.
 func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)) error {
 	var timer *time.Timer
 	defer func() {
@@ -121,6 +125,7 @@ func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)
 		}
 	}()
 	delay := time.Duration(0)
+	var start time.Time
 	for i := 0; ; i++ {
 		done, err := cond()
 		if err != nil {
@@ -135,12 +140,21 @@ func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
-		if i < 50 {
+		// Spin (yielding) for the first spinFor: a non-blocking
+		// communicator's launch ends within tens to hundreds of µs, and a
+		// sleep costs more than that. Then back off to a millisecond.
+		if i == 0 {
+			start = time.Now()
+		}
+		if time.Since(start) < spinFor {
 			runtime.Gosched()
 			continue
 		}
-		if delay < time.Millisecond {
-			delay += 20 * time.Microsecond
+		switch {
+		case delay == 0:
+			delay = 20 * time.Microsecond
+		case delay < time.Millisecond:
+			delay = min(delay*3/2, time.Millisecond)
 		}
 		if timer == nil {
 			timer = time.NewTimer(delay)

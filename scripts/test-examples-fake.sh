@@ -57,6 +57,31 @@ for v in default old vccl11; do
   run $v $E/dataparallel
 done
 run vccl10 env GONCCL_ALLTOALLV_ABI=10 $E/alltoallv -k 256
+# One-sided puts and signals (NCCL >= 2.29.2): the v230 fake, ranks as goroutines
+# (the fake models RMA within one process only); every byte checked.
+run v230 $E/onesided
+run v230 $E/onesided -gpus 3 -bytes 5003 -offset 1237
+refused() { # refused VARIANT TEXT CMD...: the command must exit 1 within 60 s, saying TEXT
+  local v=$1 want=$2
+  shift 2
+  local out rc=0
+  out=$(cd "$work" && GONCCL_NCCL_LIB=$work/fakes/$v timeout 60 "$@" 2>&1) || rc=$?
+  if [ $rc -eq 1 ] && echo "$out" | grep -qF -- "$want"; then # log.Fatal: an error, not a crash (2) or a hang (124)
+    echo "ok    [$v] ${*#$E/}: refused: $(echo "$out" | grep -F -- "$want" | head -1)"
+  else
+    echo "FAIL  [$v] ${*#$E/}: exit $rc, want a failure saying \"$want\":"
+    echo "$out" | sed 's/^/      /'
+    fails=$((fails + 1))
+  fi
+}
+# On NCCL 2.28 it must stop with the library's typed error, not crash or hang.
+refused default "(2.28.3; requires >= 2.29.2)" $E/onesided -timeout 30s
+refused default "(2.28.3; requires >= 2.28.7)" $E/faulttolerant -timeout 30s
+# A step of all-reduces captured once into a CUDA graph and replayed, as goroutines
+# and as 2 processes; every element checked on sampled replays and after the timed runs.
+run default $E/captured -replays 200 -ops 4 -n 256
+run v230 $E/captured -replays 200 -ops 4 -n 256
+run default $E/captured -np 2 -replays 200 -ops 4 -n 256 -timeout 30s
 
 bench() { # bench VARIANT ARGS...: nccl-bench; every result it checks must be right
   local v=$1
@@ -99,5 +124,20 @@ for v in default vccl11; do
 done
 run old $E/allreduce -np 2 -n 65536 -timeout 30s
 bench default -np 2 -g 2 -op all_reduce # 2 processes of 2 ranks each
+# nccl-tests' launch modes: -G N (each size's iterations captured into a CUDA
+# graph per GPU, launched N times; checked from a graph), -R 1 (ncclCommRegister)
+# and -R 2 (symmetric windows), in one process and across processes.
+for v in default v230; do
+  bench $v -g 2 -G 3 -R 2 -op all_reduce
+  bench $v -g 3 -G 2 -R 1 -op reduce_scatter
+  bench $v -g 2 -G 2 -op sendrecv
+done
+bench default -np 2 -G 3 -R 2 -op all_reduce
+bench default -np 2 -G 2 -R 1 -op all_gather
+bench default -np 2 -g 2 -G 2 -op broadcast
+bench vccl11 -np 2 -G 2 -R 2 -op alltoallv
+# On NCCL 2.14 -R stops with the library's typed error.
+refused old "ncclCommWindowRegister not supported by" $E/nccl-bench -R 2 -G 2
+refused old "ncclCommRegister not supported by" $E/nccl-bench -R 1
 [ $fails -eq 0 ] || die "$fails run(s)"
 echo "test-examples-fake: every example passed against the fakes"

@@ -5,22 +5,32 @@
  * functions gonccl calls, with CUDA's error codes, plus fakecuda_* helpers for
  * the fake NCCL.
  *
- * Stream capture (CUDA graphs): a capturing stream records the copies, memsets
- * and event records enqueued on it as graph nodes instead of running them;
- * cudaStreamEndCapture makes a graph of them, instantiation copies the nodes
- * and each cudaGraphLaunch enqueues them afresh on the launch stream. Calls
- * that break a capture get CUDA's codes and invalidate it: a synchronize or
- * query of the capturing stream (900), a "potentially unsafe" call (cudaMalloc,
- * cudaFree, synchronous copies, cudaDeviceSynchronize ...) from the thread that
- * began a thread-local capture or from any thread during a global one (900),
+ * Stream capture (CUDA graphs): a capturing stream records the copies,
+ * memsets, event records and the fake NCCL's launches enqueued on it as graph
+ * nodes instead of running them; cudaStreamEndCapture makes a graph of them,
+ * instantiation copies the nodes and each cudaGraphLaunch enqueues them afresh
+ * on the launch stream, in captured order. The fake NCCL's launches come
+ * through fakecuda_stream_enqueue_graphable: a node holds the NCCL's item, and
+ * each launch asks the NCCL for a fresh copy of it (clone, at launch time, as
+ * NCCL's persistent plans are re-armed by each launch) and runs that in stream
+ * order; the cudaGraph_t, every cudaGraphExec_t made from it and the launches
+ * still in flight share the item by reference count, and the last of them to
+ * go (a cudaGraphDestroy/cudaGraphExecDestroy, or a launch finishing after
+ * them, as CUDA defers the destruction of a graph in flight) gives it back to
+ * the NCCL (release): CUDA's user objects, through which NCCL learns that the
+ * graphs holding its work are gone. Calls that break a capture get CUDA's
+ * codes and invalidate it: a synchronize or query of the capturing stream
+ * (900), a "potentially unsafe" call (cudaMalloc, cudaFree, synchronous
+ * copies, cudaDeviceSynchronize ...) from the thread that began a
+ * thread-local capture or from any thread during a global one (900),
  * legacy-stream work on a device whose blocking stream is capturing (906), an
  * event recorded in a capture queried or synchronized (907), waiting inside a
  * capture on an event recorded outside it (905), ending a non-relaxed capture
  * on another thread (908, the capture stays open). Not modelled (refused with
  * 900): cross-stream capture (another stream joining through an event),
- * stream-ordered allocation inside a capture, and work enqueued by the fake
- * NCCL (fakecuda_stream_enqueue): its items free themselves when run, so they
- * cannot be replayed; capturing an NCCL operation on the fakes fails. */
+ * stream-ordered allocation inside a capture, and work the fake NCCL enqueues
+ * through plain fakecuda_stream_enqueue. Nor are graph updates
+ * (cudaGraphExecUpdate), node-level graph building, or instantiation flags. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -172,8 +182,19 @@ static int peer_enabled[64][64];     /* [device][peer] */
 static stream* dying;                /* destroyed streams still running their queue */
 static stream* legacy[64];           /* the per-device NULL stream */
 
+/* A launch of the fake NCCL recorded by a capture (a "kernel node"): its item
+ * is shared by the graph, its executable graphs and their launches in flight;
+ * the last of them gives it back (release), outside g. */
+typedef struct hostfn {
+    void (*run)(void*);
+    void* arg;
+    void* (*clone)(void*);
+    void (*release)(void*);
+    int refs; /* g */
+} hostfn;
+
 /* A graph node: what a capture recorded. */
-enum { nodeCopy, nodeRecord };
+enum { nodeCopy, nodeRecord, nodeHost };
 typedef struct node {
     int kind;
     void* dst;
@@ -181,13 +202,20 @@ typedef struct node {
     size_t n;
     int value;
     struct event* e;
+    hostfn* h;
     struct node* next;
 } node;
 
+/* hostfn_put drops a reference to h; the last one releases it. Called
+ * without g. */
+static void hostfn_put(hostfn* h);
 
+/* free_nodes frees a node list, dropping its references to the NCCL's items.
+ * Called without g (a release calls into the fake NCCL). */
 static void free_nodes(node* n) {
     while (n) {
         node* next = n->next;
+        if (n->kind == nodeHost) hostfn_put(n->h);
         free(n);
         n = next;
     }
@@ -348,8 +376,84 @@ static int enqueue(void* h, void (*fn)(void*), void (*retire)(void*), void* arg)
 }
 
 /* fakecuda_stream_enqueue is the fake NCCL's kernel launch: the NULL stream is
- * the legacy stream of the communicator's device, whatever thread launches. */
+ * the legacy stream of the communicator's device, whatever thread launches.
+ * On a capturing stream it fails (900, and the capture is invalidated): the
+ * fake NCCL uses it for work it knows is not captured. */
 API int fakecuda_stream_enqueue(void* h, int dev, void (*fn)(void*), void* arg) { return enqueue_on(h, dev, fn, NULL, arg); }
+
+static void hostfn_put(hostfn* h) {
+    pthread_mutex_lock(&g);
+    int last = --h->refs == 0;
+    pthread_mutex_unlock(&g);
+    if (!last) return;
+    if (h->release) h->release(h->arg);
+    free(h);
+}
+
+/* A launch's copy of a recorded NCCL item, run in stream order. */
+typedef struct hostrun {
+    hostfn* h;
+    void* fresh;
+} hostrun;
+
+static void run_host(void* p) {
+    hostrun* r = p;
+    r->h->run(r->fresh);
+    hostfn_put(r->h); /* a graph destroyed meanwhile gives the item back now */
+    free(r);
+}
+
+/* launch_host enqueues a fresh copy of h's item on s (g held): clone runs now,
+ * at launch time, in the fake NCCL (whose lock nests inside g). */
+static void launch_host(stream* s, hostfn* h) {
+    void* fresh = h->clone(h->arg);
+    if (!fresh) return;
+    hostrun* r = malloc(sizeof *r);
+    r->h = h;
+    r->fresh = fresh;
+    h->refs++;
+    push(s, run_host, NULL, r);
+}
+
+/* fakecuda_stream_capturing says what enqueuing on h (NULL: device dev's
+ * legacy stream) would do now: 0 run, -1 record into a capture, or CUDA's
+ * error (a bad handle, an invalidated capture, legacy work beside a capturing
+ * blocking stream, which also invalidates that capture as the work would). */
+API int fakecuda_stream_capturing(void* h, int dev) {
+    pthread_mutex_lock(&g);
+    stream* s = resolve_on(h, dev);
+    int r = !s ? cudaErrorInvalidResourceHandle : capture_check(h, s);
+    pthread_mutex_unlock(&g);
+    return r;
+}
+
+/* fakecuda_stream_enqueue_graphable is the fake NCCL's launch of work that a
+ * capture may record. Not capturing: run(clone(arg)) is enqueued and arg given
+ * back (release), the capture having ended before the call got here; the fake
+ * NCCL passes its template item only when fakecuda_stream_capturing said the
+ * stream captures. Capturing: a node holding (run, arg, clone, release) is
+ * recorded, arg now owned by the graph: each cudaGraphLaunch enqueues
+ * run(clone(arg)) with the other nodes of the launch, and the last reference
+ * to the node (graph, executable graphs, launches in flight) calls
+ * release(arg). 0, or CUDA's error (arg is still the caller's). */
+API int fakecuda_stream_enqueue_graphable(void* h, int dev, void (*run)(void*), void* arg, void* (*clone)(void*),
+                                          void (*release)(void*)) {
+    if (!run || !clone) return cudaErrorInvalidValue;
+    pthread_mutex_lock(&g);
+    stream* s = resolve_on(h, dev);
+    int r = !s ? cudaErrorInvalidResourceHandle : capture_check(h, s);
+    if (r > 0) {
+        pthread_mutex_unlock(&g);
+        return r;
+    }
+    hostfn* hf = calloc(1, sizeof *hf);
+    *hf = (hostfn){run, arg, clone, release, 1};
+    if (r < 0) add_node(s, (node){.kind = nodeHost, .h = hf});
+    else launch_host(s, hf);
+    pthread_mutex_unlock(&g);
+    if (r == 0) hostfn_put(hf); /* run once: the fresh copy is queued, the template goes back */
+    return cudaSuccess;
+}
 
 API int fakecuda_stream_device(void* h) {
     pthread_mutex_lock(&g);
@@ -1037,12 +1141,14 @@ static graph* find_graph(graph* list, void* h) {
     return NULL;
 }
 
+/* copy_nodes copies a node list, sharing its NCCL items (g held). */
 static node* copy_nodes(const node* n) {
     node *head = NULL, **tail = &head;
     for (; n; n = n->next) {
         node* c = malloc(sizeof *c);
         *c = *n;
         c->next = NULL;
+        if (c->kind == nodeHost) c->h->refs++;
         *tail = c;
         tail = &c->next;
     }
@@ -1085,8 +1191,8 @@ API int cudaStreamEndCapture(void* h, void** out) {
     s->cap_head = s->cap_tail = NULL;
     *out = NULL;
     if (invalid) {
-        free_nodes(nodes);
         pthread_mutex_unlock(&g);
+        free_nodes(nodes); /* the NCCL's items recorded go back to it */
         return fail(cudaErrorStreamCaptureInvalidated);
     }
     graph* gr = calloc(1, sizeof *gr);
@@ -1145,6 +1251,9 @@ API int cudaGraphLaunch(void* xh, void* st) {
         if (r < 0) { /* launched inside a capture: the nodes join it */
             add_node(s, *n);
             if (n->kind == nodeRecord) n->e->captured = s;
+            if (n->kind == nodeHost) n->h->refs++;
+        } else if (n->kind == nodeHost) {
+            launch_host(s, n->h);
         } else if (n->kind == nodeCopy) {
             copy* c = malloc(sizeof *c);
             *c = (copy){n->dst, n->src, n->n, n->value};

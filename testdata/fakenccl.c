@@ -39,6 +39,29 @@
  * thread driving several ranks without a group deadlocks there, as in NCCL;
  * after 10 s (FAKENCCL_CONNECT_WARN_MS) it says so on stderr, and waits on.
  *
+ * CUDA graphs: an operation enqueued on a capturing stream (collectives,
+ * point-to-point alone or grouped, AlltoAllv, one-sided RMA) is recorded into
+ * the graph, through the fake CUDA runtime, instead of running: checked and
+ * connected at the call, as NCCL plans and connects at capture time, but not
+ * numbered. Each cudaGraphLaunch runs a fresh copy of it in stream order,
+ * numbered then among the communicator's operations, so a launch is
+ * collective as in NCCL: every rank must capture the same operations, and
+ * rank 0's k-th launch meets rank 1's k-th launch (or its matching direct
+ * call); it completes only once the peers have launched theirs, and a
+ * mismatch fails at launch as a direct call's does. Ranks of other processes
+ * can be captured too: their launches take their turn on the connection to
+ * the hub as direct calls do. A communicator counts the captured launches that
+ * live graphs hold (NCCL's localPersistentRefs); from 2.26 its ncclCommDestroy
+ * and ncclCommAbort wait, without error, until the graphs (executable graphs
+ * and the graphs they came from, and launches still in flight) are destroyed,
+ * as NCCL's commDestroySync does, saying so once on stderr after
+ * FAKENCCL_CONNECT_WARN_MS (real NCCL waits silently); before 2.26 they do
+ * not wait, and launching such a graph afterwards stops the process loudly
+ * (the use of freed memory real NCCL would make). Not modelled: NCCL's
+ * graph-mixing and persistent-buffer rules (NCCL_GRAPH_MIXING_SUPPORT), user
+ * buffer registration through graphs, and a non-blocking communicator's
+ * destroy running asynchronously (it blocks in the call).
+ *
  * Variants: the default is NCCL 2.28.3; -DFAKENCCL_OLD is 2.14.3 (no Split,
  * Register, MemAlloc, windows, AlltoAll/Gather/Scatter, InitRankScalable, fp8);
  * -DFAKENCCL_VCCL=11 or =10 is VCCL 2.29.2 with ncclAlltoAllv in that ABI;
@@ -97,6 +120,9 @@
 #undef VERSION_CODE
 #define VERSION_CODE FAKENCCL_VERSION_CODE
 #endif
+/* GRAPH_WAIT: NCCL >= 2.26 makes ncclCommDestroy and ncclCommAbort wait until
+ * the CUDA graphs holding the communicator's captured work are destroyed. */
+#define GRAPH_WAIT (VERSION_CODE >= 22600)
 
 typedef enum { ncclSuccess, ncclUnhandledCudaError, ncclSystemError, ncclInternalError, ncclInvalidArgument,
                ncclInvalidUsage, ncclRemoteError, ncclInProgress } ncclResult_t;
@@ -107,6 +133,9 @@ typedef struct { char internal[128]; } ncclUniqueId;
 /* From the fake CUDA runtime. */
 int fakecuda_ptr_device(const void* p, size_t len);
 int fakecuda_stream_enqueue(void* stream, int dev, void (*fn)(void*), void* arg);
+int fakecuda_stream_capturing(void* stream, int dev);
+int fakecuda_stream_enqueue_graphable(void* stream, int dev, void (*run)(void*), void* arg, void* (*clone)(void*),
+                                      void (*release)(void*));
 int fakecuda_current_device(void);
 int cudaMalloc(void** p, size_t n);
 int cudaFree(void* p);
@@ -576,6 +605,7 @@ typedef struct comm {
     long coll_seq, split_seq, win_seq;
     long send_seq[MAXR], recv_seq[MAXR];
     int pending;    /* work items not yet run */
+    int graph_refs; /* NCCL's localPersistentRefs: captured launches that live CUDA graphs still hold */
     int aborted;    /* ncclCommAbort was called: waits on peers give up, as NCCL's abort flag makes them */
     int revoked;    /* ncclCommRevoke: in-flight work stops, new operations are refused */
     int halted;     /* ncclCommShrink(NCCL_SHRINK_ABORT) is stopping the in-flight work */
@@ -1321,6 +1351,45 @@ API ncclResult_t ncclCommFinalize(comm* c) {
     return ncclSuccess;
 }
 
+static long warn_ms(void);
+
+/* wait_graphs is NCCL's commDestroySync (2.26 and later): "keep polling
+ * until all graphs referencing us die", in ncclCommDestroy and in
+ * ncclCommAbort alike, with no error and no time limit (g held). Real NCCL
+ * says nothing while it waits; the fake says once on stderr, after
+ * FAKENCCL_CONNECT_WARN_MS (10 s), what it waits for, so that a test hung
+ * there says why in its log. Before 2.26 NCCL does not wait: a graph launched
+ * after the destroy uses freed memory (graph_comm). */
+static void wait_graphs(comm* c, const char* fn) {
+#if GRAPH_WAIT
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    long ms = warn_ms();
+    dl.tv_sec += ms / 1000;
+    dl.tv_nsec += ms % 1000 * 1000000;
+    if (dl.tv_nsec >= 1000000000) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000;
+    }
+    int warned = 0;
+    while (c->graph_refs > 0) {
+        if (warned) {
+            pthread_cond_wait(&gc, &g);
+            continue;
+        }
+        if (pthread_cond_timedwait(&gc, &g, &dl) != ETIMEDOUT || c->graph_refs <= 0) continue;
+        warned = 1;
+        int n = c->graph_refs;
+        pthread_mutex_unlock(&g);
+        fprintf(stderr,
+                "fakenccl: %s on rank %d waits for CUDA graphs holding %d captured launch(es) of the communicator "
+                "to be destroyed (cudaGraphExecDestroy and cudaGraphDestroy): NCCL >= 2.26 waits for them too\n",
+                fn, c->rank, n);
+        pthread_mutex_lock(&g);
+    }
+#endif
+}
+
 static ncclResult_t release(comm* c, const char* fn, int wait) {
     if (!c) return fail(ncclInvalidArgument, "%s: comm is NULL", fn);
     ncclResult_t r = live(c, fn);
@@ -1328,6 +1397,8 @@ static ncclResult_t release(comm* c, const char* fn, int wait) {
     if (wait) wait_idle(c);
     pthread_mutex_lock(&g);
     if (!wait) c->aborted = 1;
+    pthread_cond_broadcast(&gc); /* an abort stops the work in flight first */
+    wait_graphs(c, fn);
     c->magic = DEAD_MAGIC; /* kept allocated: work in flight may still read it */
     if (c->host_fd >= 0) shutdown(c->host_fd, SHUT_RDWR); /* an init given up: its address takes no one more */
     /* A remote rank's connection closes: its hub marks the rank's proxy
@@ -1977,6 +2048,85 @@ static void free_tasks(task* list) {
     }
 }
 
+/* number gives a task its place among its communicator's operations (g held):
+ * ranks meet on these numbers, so every rank numbers in its call order. */
+static void number(task* t) {
+    if (t->kind == kSend) t->seq = t->c->send_seq[t->peer]++;
+    else if (t->kind == kRecv) t->seq = t->c->recv_seq[t->peer]++;
+    else t->seq = t->c->coll_seq++;
+}
+
+/* ---- CUDA graphs: a captured work item is a template; each graph launch runs a copy ----
+ *
+ * As NCCL records a persistent plan into the graph and re-arms it at each
+ * launch, a capture records the (comm, stream)'s task list unnumbered, and
+ * each cudaGraphLaunch asks for a fresh copy (clone_item, at launch time, in
+ * launch order): numbered then, so a launch of rank 0's graph meets the
+ * matching launch of rank 1's (a launch is collective: it completes only once
+ * the peers have launched theirs), counted in pending, and for a rank of
+ * another process given its turn on the connection to the hub. The graph owns
+ * the template and gives it back (release_item) when the last graph holding
+ * it is destroyed; until then the communicator counts it (graph_refs, NCCL's
+ * localPersistentRefs), and from 2.26 its destroy and abort wait for that. */
+
+/* graph_comm is the communicator of a captured item being launched: launching
+ * a graph whose communicator was freed (possible before 2.26, which does not
+ * wait for the graphs) uses freed memory, which the fake makes loud. */
+static comm* graph_comm(comm* c) {
+    if (c->magic == DEAD_MAGIC) {
+        fprintf(stderr, "fakenccl: a CUDA graph launched work of destroyed communicator %p\n", (void*)c);
+        abort();
+    }
+    return c;
+}
+
+static void* clone_item(void* p) {
+    task* tmpl = p;
+    comm* c = graph_comm(tmpl->c);
+    task *head = NULL, **tail = &head;
+    for (task* t = tmpl; t; t = t->next) {
+        task* k = malloc(sizeof *k);
+        *k = *t;
+        k->next = NULL;
+        if (t->a2av) {
+            size_t n = 4 * (size_t)c->nranks * c->nranks * sizeof(size_t);
+            k->a2av = malloc(n);
+            memcpy(k->a2av, t->a2av, n);
+        }
+        *tail = k;
+        tail = &k->next;
+    }
+    pthread_mutex_lock(&g);
+    for (task* t = head; t; t = t->next) number(t);
+    c->pending++;
+    if (c->remote) head->ticket = c->ticket_next++;
+    pthread_mutex_unlock(&g);
+    return head;
+}
+
+static void release_item(void* p) {
+    task* tmpl = p;
+    comm* c = tmpl->c;
+    free_tasks(tmpl);
+    pthread_mutex_lock(&g);
+    c->graph_refs--;
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+}
+
+/* stream_error is an enqueue's CUDA failure as the NCCL call's. */
+static ncclResult_t stream_error(int e, void* st, const char* fn) {
+    switch (e) {
+    case 900: /* cudaErrorStreamCaptureUnsupported */
+        return fail(ncclUnhandledCudaError, "%s: stream %p began capturing a CUDA graph during the call", fn, st);
+    case 901: /* cudaErrorStreamCaptureInvalidated */
+        return fail(ncclUnhandledCudaError, "%s: stream %p is capturing a CUDA graph that an earlier error invalidated", fn, st);
+    case 906: /* cudaErrorStreamCaptureImplicit */
+        return fail(ncclUnhandledCudaError, "%s: the legacy stream would join a capturing blocking stream of its device", fn);
+    }
+    return fail(ncclUnhandledCudaError, "%s: invalid stream %p", fn, st);
+}
+
 /* ---- lazy connection: a communicator's first operations connect it to the ranks they need ---- */
 
 static long warn_ms(void) {
@@ -2097,8 +2247,21 @@ static ncclResult_t connect_first(task* list, const char* fn) {
     return failed ? fail(ncclInternalError, "%s: the communicator was aborted while connecting", fn) : ncclSuccess;
 }
 
+/* itemmode: whether a capture records a (comm, stream)'s work item. */
+typedef struct {
+    comm* c;
+    void* st;
+    int captured;
+} itemmode;
+
+static int captured_item(const itemmode* ms, const task* t) {
+    while (ms->c != t->c || ms->st != t->stream) ms++;
+    return ms->captured;
+}
+
 /* launch connects what needs it, numbers the tasks and hands each (comm,
- * stream) its work item. */
+ * stream) its work item. An item for a capturing stream is recorded into the
+ * graph instead, unnumbered: each graph launch numbers a copy of it. */
 static ncclResult_t launch(task* list, const char* fn) {
     for (task* t = list; t; t = t->next) {
         if (t->kind != kAlltoAllv) continue;
@@ -2114,17 +2277,30 @@ static ncclResult_t launch(task* list, const char* fn) {
         free_tasks(list);
         return r;
     }
-    pthread_mutex_lock(&g);
+    itemmode* ms = NULL;
+    int nm = 0, cap = 0;
     for (task* t = list; t; t = t->next) {
-        if (t->kind == kSend) t->seq = t->c->send_seq[t->peer]++;
-        else if (t->kind == kRecv) t->seq = t->c->recv_seq[t->peer]++;
-        else t->seq = t->c->coll_seq++;
+        int i = 0;
+        while (i < nm && !(ms[i].c == t->c && ms[i].st == t->stream)) i++;
+        if (i < nm) continue;
+        if (nm == cap) ms = realloc(ms, (cap = 2 * cap + 4) * sizeof *ms);
+        int e = fakecuda_stream_capturing(t->stream, t->c->dev);
+        if (e > 0) {
+            free(ms);
+            free_tasks(list);
+            return stream_error(e, t->stream, fn);
+        }
+        ms[nm++] = (itemmode){t->c, t->stream, e < 0};
     }
+    pthread_mutex_lock(&g);
+    for (task* t = list; t; t = t->next)
+        if (!captured_item(ms, t)) number(t);
     pthread_mutex_unlock(&g);
     while (list) {
         task *item = NULL, **it = &item, **rest = &list;
         comm* c = list->c;
         void* st = list->stream;
+        int captured = captured_item(ms, list);
         for (task* t = list; t;) {
             task* next = t->next;
             if (t->c == c && t->stream == st) {
@@ -2135,23 +2311,38 @@ static ncclResult_t launch(task* list, const char* fn) {
             } else rest = &t->next;
             t = next;
         }
-        pthread_mutex_lock(&g);
-        c->pending++;
-        if (c->remote) item->ticket = c->ticket_next++;
-        pthread_mutex_unlock(&g);
-        int e = fakecuda_stream_enqueue(st, c->dev, run_item, item);
-        if (e) {
+        int e;
+        if (captured) { /* the graph holds the template from now on */
             pthread_mutex_lock(&g);
-            c->pending--;
-            if (c->remote) c->ticket_next--;
+            c->graph_refs++;
             pthread_mutex_unlock(&g);
+            e = fakecuda_stream_enqueue_graphable(st, c->dev, run_item, item, clone_item, release_item);
+            if (e) {
+                pthread_mutex_lock(&g);
+                c->graph_refs--;
+                pthread_mutex_unlock(&g);
+            }
+        } else {
+            pthread_mutex_lock(&g);
+            c->pending++;
+            if (c->remote) item->ticket = c->ticket_next++;
+            pthread_mutex_unlock(&g);
+            e = fakecuda_stream_enqueue(st, c->dev, run_item, item);
+            if (e) {
+                pthread_mutex_lock(&g);
+                c->pending--;
+                if (c->remote) c->ticket_next--;
+                pthread_mutex_unlock(&g);
+            }
+        }
+        if (e) {
             free_tasks(item);
             free_tasks(list);
-            if (e == 900) /* cudaErrorStreamCaptureUnsupported */
-                return fail(ncclUnhandledCudaError, "stream %p is capturing a CUDA graph: the fake NCCL cannot be captured yet", st);
-            return fail(ncclUnhandledCudaError, "invalid stream %p", st);
+            free(ms);
+            return stream_error(e, st, fn);
         }
     }
+    free(ms);
     return ncclSuccess;
 }
 
@@ -2865,7 +3056,9 @@ API ncclResult_t ncclCommGrow(comm* c, int nranks, const ncclUniqueId* id, int r
  * of the same collective registration), then run on the stream: a put copies
  * the bytes into the peer's window at the offset and counts a signal at the
  * peer; a wait blocks its stream until the descriptors' signals have arrived
- * and consumes them. Within one process only; calls in a group run at once. */
+ * and consumes them. Within one process only; calls in a group run at once.
+ * Captured into a CUDA graph, each launch runs a copy (rma_clone), as the
+ * collectives' do. */
 
 #if HAS_230
 typedef struct waitdesc {
@@ -2925,20 +3118,57 @@ static ncclResult_t rma_check(comm* c, const char* fn, int peer, int sigIdx, int
     return ncclSuccess;
 }
 
-static ncclResult_t rma_submit(rma_task* t, void* stream, const char* fn) {
-    comm* c = t->c;
+/* A captured RMA call is a template, as a captured collective is (see
+ * clone_item): each graph launch runs a copy of it. */
+static void* rma_clone(void* p) {
+    rma_task* t = p;
+    comm* c = graph_comm(t->c);
+    rma_task* k = malloc(sizeof *k);
+    *k = *t;
+    if (t->descs) {
+        k->descs = malloc((size_t)t->ndesc * sizeof *t->descs);
+        memcpy(k->descs, t->descs, (size_t)t->ndesc * sizeof *t->descs);
+    }
     pthread_mutex_lock(&g);
     c->pending++;
     pthread_mutex_unlock(&g);
-    if (fakecuda_stream_enqueue(stream, c->dev, rma_run, t)) {
+    return k;
+}
+
+static void rma_release(void* p) {
+    rma_task* t = p;
+    comm* c = t->c;
+    free(t->descs);
+    free(t);
+    pthread_mutex_lock(&g);
+    c->graph_refs--;
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+}
+
+static ncclResult_t rma_submit(rma_task* t, void* stream, const char* fn) {
+    comm* c = t->c;
+    int e = fakecuda_stream_capturing(stream, c->dev);
+    if (e < 0) { /* recorded into the capture: the graph holds it */
+        pthread_mutex_lock(&g);
+        c->graph_refs++;
+        pthread_mutex_unlock(&g);
+        if (!(e = fakecuda_stream_enqueue_graphable(stream, c->dev, rma_run, t, rma_clone, rma_release))) return ncclSuccess;
+        pthread_mutex_lock(&g);
+        c->graph_refs--;
+        pthread_mutex_unlock(&g);
+    } else if (e == 0) {
+        pthread_mutex_lock(&g);
+        c->pending++;
+        pthread_mutex_unlock(&g);
+        if (!(e = fakecuda_stream_enqueue(stream, c->dev, rma_run, t))) return ncclSuccess;
         pthread_mutex_lock(&g);
         c->pending--;
         pthread_mutex_unlock(&g);
-        free(t->descs);
-        free(t);
-        return fail(ncclUnhandledCudaError, "%s: invalid stream %p", fn, stream);
     }
-    return ncclSuccess;
+    free(t->descs);
+    free(t);
+    return stream_error(e, stream, fn);
 }
 
 /* find_window is c's window w (g held), or NULL. */

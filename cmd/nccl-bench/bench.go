@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"log"
 	"sync"
 
@@ -17,7 +18,19 @@ type settings struct {
 	grouped  bool // -grouped: c.SetPath(nccl.Grouped)
 	maxBytes int  // -e: every send and receive buffer holds this much
 	perIter  bool // -I: CUDA events around every iteration
+	graphs   int  // -G: launches of a CUDA graph holding the timed iterations (0: none)
+	register int  // -R: 0 none, 1 ncclCommRegister, 2 symmetric windows
 }
+
+// The -R modes, nccl-tests' local_register.
+const (
+	registerNone      = 0
+	registerLocal     = 1 // ncclCommRegister on the send and receive buffers
+	registerSymmetric = 2 // the buffers in symmetric windows (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC)
+)
+
+// registerNames are -R's modes as the header and -json name them.
+var registerNames = [...]string{"none", "local", "symmetric"}
 
 // rank is one of this process's ranks: its communicator, a stream, and one
 // send and one receive buffer sized for the largest run, as nccl-tests
@@ -28,23 +41,53 @@ type rank struct {
 	send, recv nccl.Buffer
 	scratch    nccl.Buffer  // float64, for reductions over the job (jobReduce)
 	events     []nccl.Event // -I: iters+1
+	// -R 1: the registrations of send and recv (ncclCommRegister)
+	sendReg, recvReg nccl.Registration
+	registered       bool
+	graph            *nccl.Graph // -G: the captured iterations of this rank's stream, while a size runs
 }
 
 type bench struct {
 	settings
 	lib       *nccl.Library
 	ranks     []rank
-	n         int  // ranks in the job
-	cap       int  // elements of every send and receive buffer
-	symmetric bool // buffers in symmetric windows, for a native call that wants them
+	n         int    // ranks in the job
+	cap       int    // elements of every send and receive buffer
+	symmetric bool   // buffers in symmetric windows: -R 2, or a native call that wants them
+	alloc     string // what allocated the send and receive buffers
 
 	layouts map[int]nccl.Layout // the operation's layouts by count, kept for the run
 	layout  nccl.Layout         // the one of the count being run
 }
 
-// newBench sets up the ranks of comms (this process's share of the job).
+// newBench sets up the ranks of comms (this process's share of the job). A
+// library or runtime that lacks what -R or -G needs is an error naming the
+// function (the library's *UnsupportedError), before any buffer is made.
+//
+// The send and receive buffers are allocated once, for the largest size, as
+// nccl-tests does: with ncclMemAlloc where the library has it (nccl-tests
+// built against NCCL >= 2.19 always uses it), else cudaMalloc; with -R 2 (or
+// for a native call that wants them) in symmetric windows (ncclMemAlloc and
+// ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC, Comm.AllocSymmetric);
+// with -R 1 both are then registered whole with ncclCommRegister.
 func newBench(lib *nccl.Library, comms []*nccl.Comm, s settings) (*bench, error) {
 	b := &bench{settings: s, lib: lib, n: comms[0].Size(), cap: s.maxBytes / s.dt.Size(), ranks: make([]rank, len(comms))}
+	if s.graphs > 0 {
+		b.perIter = false // nccl-tests: -I is incompatible with -G
+	}
+	switch s.register {
+	case registerNone:
+	case registerLocal:
+		if err := lib.Require("ncclCommRegister"); err != nil {
+			return nil, fmt.Errorf("-R 1: %w", err)
+		}
+	case registerSymmetric:
+		if err := lib.Require("ncclCommWindowRegister", "ncclMemAlloc"); err != nil {
+			return nil, fmt.Errorf("-R 2: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("bad -R %d: 0, 1 or 2", s.register)
+	}
 	path := nccl.Auto
 	if s.grouped {
 		path = nccl.Grouped
@@ -64,21 +107,62 @@ func newBench(lib *nccl.Library, comms []*nccl.Comm, s settings) (*bench, error)
 			return nil, err
 		}
 	}
+	if s.graphs > 0 && !cu.HasGraphs() {
+		return b, fmt.Errorf("-G %d: %w", s.graphs, noGraphs(cu, b.ranks[0].stream))
+	}
 	// VCCL's ncclAlltoAllv runs on symmetric windows only: where the library
 	// routes the operation natively, the buffers come from AllocSymmetric.
-	b.symmetric = s.op.symmetric && comms[0].PathOf(s.op.path) == nccl.Native
+	b.symmetric = s.register == registerSymmetric || s.op.symmetric && comms[0].PathOf(s.op.path) == nccl.Native
+	b.alloc = "cudaMalloc"
+	if lib.Has("ncclMemAlloc") {
+		b.alloc = "ncclMemAlloc"
+	}
+	if b.symmetric {
+		b.alloc = "ncclMemAlloc+ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC)"
+	}
 	err := b.eachRank(b.symmetric, func(r *rank) (err error) {
-		alloc := func() (nccl.Buffer, error) { return cu.Alloc(r.comm.Device(), s.dt, b.cap) }
-		if b.symmetric {
+		dev := r.comm.Device()
+		alloc := func() (nccl.Buffer, error) { return cu.Alloc(dev, s.dt, b.cap) }
+		switch {
+		case b.symmetric:
 			alloc = func() (nccl.Buffer, error) { return r.comm.AllocSymmetric(s.dt, b.cap) }
+		case b.alloc == "ncclMemAlloc":
+			alloc = func() (nccl.Buffer, error) { return lib.MemAlloc(dev, s.dt, b.cap) }
 		}
 		if r.send, err = alloc(); err != nil {
 			return err
 		}
-		r.recv, err = alloc()
-		return err
+		if r.recv, err = alloc(); err != nil {
+			return err
+		}
+		if s.register != registerLocal {
+			return nil
+		}
+		if r.sendReg, err = r.comm.Register(r.send); err != nil {
+			return err
+		}
+		if r.recvReg, err = r.comm.Register(r.recv); err != nil {
+			r.comm.Deregister(r.sendReg)
+			return err
+		}
+		r.registered = true
+		return nil
 	})
 	return b, err
+}
+
+// noGraphs is the runtime's own error for the graph function it lacks: a
+// capture refused before it begins (CUDA.BeginCapture checks the functions
+// first), as gonccl has no other call that returns it.
+func noGraphs(cu *nccl.CUDA, s nccl.Stream) error {
+	err := cu.BeginCapture(s)
+	if err == nil { // not expected: HasGraphs said no
+		if g, _ := cu.EndCapture(s); g != nil {
+			g.Destroy()
+		}
+		return errors.New("the CUDA runtime lacks CUDA graphs")
+	}
+	return err
 }
 
 // eachRank runs fn for every local rank: at once, one goroutine each, when
@@ -102,11 +186,18 @@ func (b *bench) eachRank(collective bool, fn func(r *rank) error) error {
 	return errors.Join(errs...)
 }
 
-// close frees the buffers (symmetric ones together, as freeing them is
-// collective), the streams and the events.
+// close destroys any graph left, deregisters the buffers (-R 1) and frees
+// them (symmetric ones together, as freeing them is collective), the streams
+// and the events: all before the communicators close, as a communicator that
+// graphs or registrations hold cannot.
 func (b *bench) close() error {
-	return b.eachRank(b.symmetric, func(r *rank) error {
+	gerr := b.destroyGraphs()
+	return errors.Join(gerr, b.eachRank(b.symmetric, func(r *rank) error {
 		var errs []error
+		if r.registered {
+			errs = append(errs, r.comm.Deregister(r.sendReg), r.comm.Deregister(r.recvReg))
+			r.registered = false
+		}
 		for _, buf := range []nccl.Buffer{r.send, r.recv, r.scratch} {
 			if buf.Len() > 0 {
 				errs = append(errs, buf.Free())
@@ -115,8 +206,11 @@ func (b *bench) close() error {
 		for _, e := range r.events {
 			errs = append(errs, e.Destroy())
 		}
-		return errors.Join(append(errs, r.stream.Destroy())...)
-	})
+		if r.stream != (nccl.Stream{}) {
+			errs = append(errs, r.stream.Destroy())
+		}
+		return errors.Join(errs...)
+	}))
 }
 
 // count is the element count per rank of a size as nccl-tests prints it.

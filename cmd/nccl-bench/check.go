@@ -14,22 +14,50 @@ func (b *bench) checkable(inPlace bool) bool {
 // differ from the CPU's answer (the operation's fill), summed over the job's
 // ranks.
 func (b *bench) check(count int, inPlace bool) int {
+	in := b.writeInputs(count, inPlace)
+	must(b.launch(count, inPlace, 0))
+	b.sync()
+	return b.compare(in, count, inPlace)
+}
+
+// checkGraph is check in -G mode, as nccl-tests checks there: the one
+// operation captured into a graph on every local stream and the graphs
+// launched once.
+func (b *bench) checkGraph(count int, inPlace bool) int {
+	in := b.writeInputs(count, inPlace)
+	must(b.capture(func() error { return b.launch(count, inPlace, 0) }))
+	must(b.launchGraphs(1))
+	b.sync()
+	must(b.destroyGraphs())
+	return b.compare(in, count, inPlace)
+}
+
+// writeInputs writes the check's input into every local rank's buffer (out
+// of place, the receive buffer is filled with 0xa5 first, so that a run that
+// did not happen cannot pass for one that did) and returns every rank's
+// input, so that each process can work out its own ranks' answers; it writes
+// only its own.
+func (b *bench) writeInputs(count int, inPlace bool) [][]uint8 {
 	b.prepare(count)
-	total := b.elems(count) // bytes: one-byte elements
-	// Every rank's input, so that each process can work out its own ranks'
-	// answers; it writes only its own.
-	in := inputs(b.n, total)
+	total := b.elems(count)
+	in := inputs(b.n, total) // bytes: one-byte elements
 	for _, r := range b.ranks {
 		dst := r.send
 		if inPlace { // the in-place input sits in recv (the operation's buffers say where)
 			dst = r.recv
+		} else {
+			must(r.recv.Slice(0, total).Memset(0xa5))
 		}
 		must(dst.WriteBytes(in[r.comm.Rank()]))
 	}
-	must(b.launch(count, inPlace, 0))
-	b.sync()
+	return in
+}
+
+// compare counts the elements of the local ranks' receive buffers that differ
+// from the answer to inputs in, summed over the job's ranks.
+func (b *bench) compare(in [][]uint8, count int, inPlace bool) int {
 	wrong := 0
-	got := make([]byte, total)
+	got := make([]byte, b.elems(count))
 	for _, r := range b.ranks {
 		must(r.recv.ReadBytes(got))
 		for k, w := range b.op.want(in, r.comm.Rank(), count, b.root, inPlace) {

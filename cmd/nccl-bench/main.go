@@ -36,6 +36,21 @@
 // and cv% (each iteration the slowest GPU of the job); -json carries every
 // iteration. AlltoAll and AlltoAllv do not run in place in gonccl (their
 // buffers must not overlap): their in-place columns print N/A.
+//
+// nccl-tests' two launch modes are here too. -G N captures each size's -n
+// timed iterations into a CUDA graph per GPU (thread-local capture, the
+// warm-up not captured) and launches the graphs N times: the time per
+// operation is the host clock over the launches and the synchronisation,
+// divided by n·N; -c then checks a run captured into a graph and launched
+// once, after the timing (-I is ignored with -G, as in nccl-tests). -R 1
+// registers the send and receive buffers with ncclCommRegister, -R 2 puts
+// them in symmetric windows (ncclCommWindowRegister with
+// NCCL_WIN_COLL_SYMMETRIC), for NCCL's symmetric kernels; the buffers are
+// allocated once for -e with ncclMemAlloc where the library has it, as
+// nccl-tests does. A library or runtime lacking what a mode needs stops
+// nccl-bench with its *UnsupportedError. The header's parameter line says
+// "graph: N local_register: R" and -json carries "graph" and
+// "local_register".
 package main
 
 import (
@@ -70,6 +85,8 @@ func main() {
 	root := flag.Int("r", 0, "root rank")
 	perIter := flag.Int("I", 0, "per-iteration CUDA event timing (0 or 1): min, max, p99 and cv% of the iterations after each block")
 	ngpu := flag.Int("g", 1, "GPUs driven by each process")
+	graphs := flag.Int("G", 0, "CUDA graph launches: each size's -n iterations captured into a graph per GPU, launched this many times (0: no graph)")
+	register := flag.Int("R", 0, "buffer registration: 0 none, 1 ncclCommRegister (local), 2 symmetric windows (ncclMemAlloc + ncclCommWindowRegister)")
 	grouped := flag.Bool("grouped", false, "alltoall, gather, scatter, alltoallv through grouped send/recv instead of the native call")
 	asJSON := flag.Bool("json", false, "print JSON instead of the table")
 	plot := flag.String("plot", "", "draw busbw against size into this SVG file")
@@ -102,6 +119,16 @@ func main() {
 	if *ngpu < 1 {
 		log.Fatal("bad -g: at least 1")
 	}
+	if *graphs < 0 {
+		log.Fatal("bad -G: 0 (no graph) or more launches")
+	}
+	if *register < registerNone || *register > registerSymmetric {
+		log.Fatalf("bad -R %d: 0, 1 or 2", *register)
+	}
+	if *perIter == 1 && *graphs >= 1 {
+		fmt.Fprintln(os.Stderr, "per-iteration timing (-I) is incompatible with CUDA graph mode (-G). Disabling.")
+		*perIter = 0
+	}
 	job, err := lf.Detect()
 	if err != nil {
 		log.Fatal(err)
@@ -119,12 +146,13 @@ func main() {
 		log.Fatalf("bad -r %d: %d ranks", *root, n)
 	}
 	lo := sizes[0]
-	b, err := newBench(lib, comms, settings{op: op, dt: dt, red: red, root: *root, grouped: *grouped, maxBytes: hi, perIter: *perIter == 1})
+	b, err := newBench(lib, comms, settings{op: op, dt: dt, red: red, root: *root, grouped: *grouped, maxBytes: hi,
+		perIter: *perIter == 1, graphs: *graphs, register: *register})
 	if err != nil {
 		log.Fatalf("rank %d: %v", job.Rank, err)
 	}
 	rep := &report{w: os.Stdout, op: op.name, lib: lib, ranks: n, job: job, gpus: *ngpu, iters: *iters, warm: *warm,
-		check: *check, perIter: b.perIter, json: *asJSON, show: job.Rank == 0}
+		check: *check, perIter: b.perIter, graphs: *graphs, register: *register, alloc: b.alloc, json: *asJSON, show: job.Rank == 0}
 	if op.path != "" {
 		rep.path = comms[0].PathOf(op.path).String()
 	}

@@ -3,19 +3,29 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gonccl/nccl"
 	"github.com/gonccl/nccl/internal/fakes"
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("NCCL_BENCH_AS_MAIN") == "1" { // the test binary as nccl-bench (benchCommand)
+		main()
+		os.Exit(0)
+	}
 	os.Setenv("FAKECUDA_DELAY_US", "0")
 	code := m.Run()
 	fakes.Cleanup()
@@ -57,7 +67,7 @@ func TestEveryOperation(t *testing.T) {
 				op := &operations[i]
 				for _, grouped := range []bool{false, true} {
 					t.Run(fmt.Sprintf("%s/%v/%s/grouped=%v", variant, job, op.name, grouped), func(t *testing.T) {
-						runJob(t, lib, comms, job, op, grouped)
+						runJob(t, lib, comms, job, settings{op: op, dt: nccl.Uint8, grouped: grouped, perIter: !grouped}) // -I on half the runs
 					})
 				}
 			}
@@ -68,10 +78,60 @@ func TestEveryOperation(t *testing.T) {
 	}
 }
 
-// runJob runs one operation on every process of the job at once.
-func runJob(t *testing.T, lib *nccl.Library, comms []*nccl.Comm, job [][]int, op *operation, grouped bool) {
+// TestGraphAndRegisterModes runs every operation in nccl-tests' launch modes,
+// -G (the timed iterations captured into a CUDA graph per GPU and launched
+// from it) and -R 1 / -R 2 (buffers registered, or in symmetric windows),
+// alone and together, in every job layout, in and out of place, on byte data
+// whose every result is checked (in -G mode from a graph, as nccl-tests
+// checks there), and on wider types that are timed but not checked.
+func TestGraphAndRegisterModes(t *testing.T) {
+	modes := []struct{ graphs, register int }{{3, 0}, {0, 1}, {0, 2}, {2, 1}, {3, 2}}
+	for _, variant := range []string{"default", "v230", "vccl11"} {
+		lib := openFake(t, variant)
+		for j, job := range jobs {
+			if variant == "v230" && j > 0 { // one layout is enough for the newer release
+				break
+			}
+			var devs []int
+			for _, p := range job {
+				devs = append(devs, p...)
+			}
+			comms, err := lib.InitAll(context.Background(), devs, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, m := range modes {
+				for i := range operations {
+					op := &operations[i]
+					dt := []nccl.DataType{nccl.Int8, nccl.Uint8}[(i+k)%2]
+					if (i+k)%5 == 0 { // now and then a type -c does not check
+						dt = []nccl.DataType{nccl.Float32, nccl.Bfloat16, nccl.Float64}[(i+k)%3]
+					}
+					grouped := (i+k)%3 == 0
+					t.Run(fmt.Sprintf("%s/%v/G%d-R%d/%s/%v/grouped=%v", variant, job, m.graphs, m.register, op.name, dt, grouped), func(t *testing.T) {
+						runJob(t, lib, comms, job, settings{op: op, dt: dt, grouped: grouped, perIter: true, graphs: m.graphs, register: m.register})
+					})
+				}
+			}
+			if err := closeComms(comms); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// runJob runs one operation on every process of the job at once, with the
+// settings s (op, dt, grouped, perIter, graphs, register; the rest is set
+// here).
+func runJob(t *testing.T, lib *nccl.Library, comms []*nccl.Comm, job [][]int, s settings) {
 	const count = 1024
 	n := len(comms)
+	op, grouped := s.op, s.grouped
+	s.red, s.root, s.maxBytes = nccl.Sum, n-1, n*count*3*s.dt.Size()
+	perIter := s.perIter && s.graphs == 0 // -G turns -I off, as in nccl-tests
+	checked := func(inPlace bool) bool {  // -c checks byte data only
+		return (s.dt == nccl.Uint8 || s.dt == nccl.Int8) && (!inPlace || op.checkInPlace)
+	}
 	benches := make([]*bench, len(job))
 	errs := make([]error, len(job))
 	first := 0
@@ -80,8 +140,7 @@ func runJob(t *testing.T, lib *nccl.Library, comms []*nccl.Comm, job [][]int, op
 		made.Add(1)
 		go func(c []*nccl.Comm) {
 			defer made.Done()
-			benches[p], errs[p] = newBench(lib, c, settings{op: op, dt: nccl.Uint8, red: nccl.Sum, root: n - 1,
-				grouped: grouped, maxBytes: n * count * 3, perIter: !grouped}) // -I on half the runs
+			benches[p], errs[p] = newBench(lib, c, s)
 		}(comms[first : first+len(devs)])
 		first += len(devs)
 	}
@@ -112,7 +171,7 @@ func runJob(t *testing.T, lib *nccl.Library, comms []*nccl.Comm, job [][]int, op
 		if grouped && path != nccl.Grouped {
 			t.Errorf("-grouped: the library routes %s %v", op.path, path)
 		}
-		if want := op.symmetric && path == nccl.Native; benches[0].symmetric != want {
+		if want := op.symmetric && path == nccl.Native || s.register == registerSymmetric; benches[0].symmetric != want {
 			t.Errorf("symmetric buffers %v, want %v (path %v)", benches[0].symmetric, want, path)
 		}
 	}
@@ -141,30 +200,53 @@ func runJob(t *testing.T, lib *nccl.Library, comms []*nccl.Comm, job [][]int, op
 			}
 			st := r.iter
 			switch {
-			case grouped && st != nil:
-				t.Errorf("per-iteration times without -I")
-			case !grouped && (st == nil || len(st.TimesUs) != 4):
+			case !perIter && st != nil:
+				t.Errorf("per-iteration times without -I (or with -G)")
+			case perIter && (st == nil || len(st.TimesUs) != 4):
 				t.Errorf("process %d: per-iteration times %+v, want 4", p, st)
-			case !grouped && !slices.Equal(st.TimesUs, res[0].iter.TimesUs):
+			case perIter && !slices.Equal(st.TimesUs, res[0].iter.TimesUs):
 				t.Errorf("process %d: per-iteration times %v, process 0 %v: not the job's maxima", p, st.TimesUs, res[0].iter.TimesUs)
-			case !grouped && (st.MinUs <= 0 || st.MaxUs < st.MinUs):
+			case perIter && (st.MinUs <= 0 || st.MaxUs < st.MinUs):
 				t.Errorf("process %d: per-iteration times %+v", p, st)
 			}
 		}
 		if res[0].wrong > 0 {
 			t.Errorf("in-place=%v: %d wrong", inPlace, res[0].wrong)
 		}
-		if res[0].wrong < 0 && (!inPlace || op.checkInPlace) {
-			t.Errorf("in-place=%v: not checked", inPlace)
+		if (res[0].wrong >= 0) != checked(inPlace) {
+			t.Errorf("in-place=%v: checked %v (%d wrong), want %v", inPlace, res[0].wrong >= 0, res[0].wrong, checked(inPlace))
 		}
 		if res[0].us <= 0 {
 			t.Errorf("in-place=%v: time %v", inPlace, res[0].us)
 		}
 	}
+	for _, b := range benches {
+		for _, r := range b.ranks {
+			if r.graph != nil {
+				t.Errorf("a graph outlived its run")
+			}
+			if r.registered != (s.register == registerLocal) {
+				t.Errorf("registered %v with -R %d", r.registered, s.register)
+			}
+		}
+	}
+	// With -G, the timed loop is graph launches: they allocate nothing.
+	if b := benches[0]; len(job) == 1 && s.graphs > 0 {
+		c := b.count(count)
+		b.prepare(c)
+		must(b.capture(func() error { return b.launch(c, false, 1) }))
+		allocs := testing.AllocsPerRun(20, func() { must(b.launchGraphs(1)) })
+		if allocs != 0 {
+			t.Errorf("%v allocations per graph launch", allocs)
+		}
+		b.sync()
+		must(b.destroyGraphs())
+		return
+	}
 	// The timed loop's launches allocate nothing; VCCL's native ncclAlltoAllv
 	// excepted (gonccl pins its matrices for every call). -I's event records
 	// are left out: Event.Record allocates in gonccl (CUDA.OnDevice).
-	if b := benches[0]; len(job) == 1 && !b.symmetric {
+	if b := benches[0]; len(job) == 1 && !(op.symmetric && b.symmetric) {
 		c := b.count(count)
 		b.prepare(c)
 		allocs := testing.AllocsPerRun(20, func() { must(b.launch(c, false, 1)) })
@@ -208,6 +290,44 @@ func TestCheckFindsCorruption(t *testing.T) {
 		}
 		if diff == 0 {
 			t.Fatalf("%s: the corrupted buffer matches the reference", name)
+		}
+		must(b.close())
+	}
+}
+
+// TestGraphCheckRunsTheGraph: in -G mode the check's run is recorded by the
+// capture, not run, and runs when the graphs launch; so the check cannot pass
+// on a graph that does nothing.
+func TestGraphCheckRunsTheGraph(t *testing.T) {
+	lib := openFake(t, "default")
+	comms, err := lib.InitAll(context.Background(), []int{0, 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeComms(comms)
+	for _, name := range []string{"all_reduce", "all_gather", "sendrecv", "alltoall"} {
+		op, _ := lookup(name)
+		b, err := newBench(lib, comms, settings{op: op, dt: nccl.Uint8, red: nccl.Sum, maxBytes: 4096, graphs: 1, register: registerSymmetric})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const count = 256
+		in := b.writeInputs(count, false)
+		must(b.capture(func() error { return b.launch(count, false, 0) }))
+		if w := b.compare(in, count, false); w == 0 {
+			t.Errorf("%s: right before the graph ran", name)
+		}
+		must(b.launchGraphs(1))
+		b.sync()
+		if w := b.compare(in, count, false); w != 0 {
+			t.Errorf("%s: %d wrong after the graph ran", name, w)
+		}
+		if err := comms[0].Close(context.Background()); !errors.Is(err, nccl.ErrGraphsAlive) {
+			t.Errorf("%s: Close with graphs alive: %v", name, err)
+		}
+		must(b.destroyGraphs())
+		if w := b.checkGraph(count, false); w != 0 {
+			t.Errorf("%s: checkGraph: %d wrong", name, w)
 		}
 		must(b.close())
 	}
@@ -297,5 +417,148 @@ func TestIterStats(t *testing.T) {
 	}
 	if st := stats(make([]float64, 100)); st.P95Us != 0 || st.CVPct != 0 {
 		t.Errorf("all zero: %+v", st)
+	}
+}
+
+// benchCommand runs nccl-bench (this test binary, as main) with args on
+// variant's fake NCCL and FAKECUDA_DEVICES=4; -np's processes meet at a free
+// loopback port. It returns stdout, stderr and the exit code.
+func benchCommand(t *testing.T, variant string, args ...string) (string, string, int) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, self, args...)
+	cmd.Env = append(os.Environ(), "NCCL_BENCH_AS_MAIN=1", "GONCCL_NCCL_LIB="+fakes.NCCL(t, variant),
+		"GONCCL_CUDART_LIB="+fakes.CUDART(t), "FAKECUDA_DEVICES=4", "NCCL_COMM_ID="+addr)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("nccl-bench %v: timed out\n%s%s", args, &stdout, &stderr)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// tableRows are the rows of a table: every field.
+func tableRows(out string) [][]string {
+	var rows [][]string
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 13 && !strings.HasPrefix(l, "#") {
+			rows = append(rows, f)
+		}
+	}
+	return rows
+}
+
+// TestCommandModes runs nccl-bench itself with -G and -R, alone with -g GPUs
+// and as -np processes (captured graphs launched across processes): every
+// checked result must be right, the header must name the mode as nccl-tests'
+// parameter line does ("graph: N"), and -json must carry it.
+func TestCommandModes(t *testing.T) {
+	for _, tc := range []struct {
+		variant string
+		args    []string
+	}{
+		{"default", []string{"-op", "all_reduce", "-g", "2", "-G", "3", "-R", "2"}},
+		{"v230", []string{"-op", "reduce_scatter", "-g", "3", "-G", "2", "-R", "1", "-d", "uint8"}},
+		{"default", []string{"-np", "2", "-op", "all_reduce", "-G", "3", "-R", "2"}},
+		{"default", []string{"-np", "2", "-op", "sendrecv", "-G", "2", "-R", "1"}},
+		{"default", []string{"-np", "2", "-g", "2", "-op", "all_gather", "-G", "2"}},
+		{"vccl11", []string{"-np", "2", "-op", "alltoallv", "-G", "2", "-R", "2"}},
+		{"default", []string{"-np", "2", "-op", "broadcast", "-R", "2", "-r", "1"}},
+	} {
+		args := append([]string{"-d", "int8", "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "-c", "1"}, tc.args...)
+		t.Run(tc.variant+"/"+strings.Join(tc.args, " "), func(t *testing.T) {
+			out, errOut, code := benchCommand(t, tc.variant, args...)
+			if code != 0 {
+				t.Fatalf("exit %d\n%s%s", code, out, errOut)
+			}
+			g, r := "0", "0"
+			for i, a := range args {
+				switch a {
+				case "-G":
+					g = args[i+1]
+				case "-R":
+					r = args[i+1]
+				}
+			}
+			if want := "graph: " + g + " local_register: " + r; !strings.Contains(out, want) {
+				t.Errorf("the header does not say %q:\n%s", want, out)
+			}
+			rows := tableRows(out)
+			if len(rows) < 4 { // alltoallv has no 8-byte row (16-byte blocks)
+				t.Fatalf("%d rows:\n%s", len(rows), out)
+			}
+			for _, f := range rows {
+				for _, i := range []int{8, 12} {
+					if f[i] != "0" && f[i] != "N/A" || i == 8 && f[i] != "0" {
+						t.Errorf("wrong results: %v", f)
+					}
+				}
+			}
+			jout, errOut, code := benchCommand(t, tc.variant, append(args, "-json")...)
+			var doc struct {
+				Graph    *int `json:"graph"`
+				Register int  `json:"local_register"`
+				Rows     []row
+			}
+			if code != 0 || json.Unmarshal([]byte(jout), &doc) != nil {
+				t.Fatalf("-json: exit %d\n%s%s", code, jout, errOut)
+			}
+			if doc.Graph == nil || strconv.Itoa(*doc.Graph) != g || strconv.Itoa(doc.Register) != r || len(doc.Rows) != len(rows) {
+				t.Errorf("-json: graph %v, local_register %d, %d rows:\n%s", doc.Graph, doc.Register, len(doc.Rows), jout)
+			}
+			for _, row := range doc.Rows {
+				if row.OutWrong != 0 || row.InWrong > 0 {
+					t.Errorf("-json: wrong results %+v", row)
+				}
+			}
+		})
+	}
+}
+
+// TestCommandRefusals: a mode the library or the flags cannot give stops
+// nccl-bench with exit 1 and an error naming what is missing (the library's
+// *UnsupportedError), not a crash; -I with -G is turned off with nccl-tests'
+// warning.
+func TestCommandRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		variant, want string
+		args          []string
+	}{
+		{"old", "-R 2: ncclCommWindowRegister not supported by ", []string{"-R", "2"}},
+		{"old", "(2.14.3; requires >= 2.27)", []string{"-R", "2", "-G", "2"}},
+		{"old", "-R 1: ncclCommRegister not supported by ", []string{"-R", "1"}},
+		{"old", "(2.14.3; requires >= 2.19)", []string{"-np", "2", "-R", "1"}},
+		{"default", "bad -R 3", []string{"-R", "3"}},
+		{"default", "bad -G", []string{"-G", "-1"}},
+	} {
+		t.Run(tc.variant+"/"+strings.Join(tc.args, " "), func(t *testing.T) {
+			out, errOut, code := benchCommand(t, tc.variant, append([]string{"-b", "8", "-e", "1K", "-n", "2", "-g", "2"}, tc.args...)...)
+			if code != 1 || !strings.Contains(errOut, tc.want) {
+				t.Errorf("exit %d, want 1 with %q:\n%s%s", code, tc.want, out, errOut)
+			}
+		})
+	}
+	out, errOut, code := benchCommand(t, "default", "-b", "8", "-e", "1K", "-n", "2", "-G", "2", "-I", "1", "-d", "int8")
+	if code != 0 || !strings.Contains(errOut, "per-iteration timing (-I) is incompatible with CUDA graph mode (-G). Disabling.") ||
+		len(tableRows(out)) != 8 || len(tableRows(out)[0]) != 13 {
+		t.Errorf("-G 2 -I 1: exit %d:\n%s%s", code, out, errOut)
 	}
 }

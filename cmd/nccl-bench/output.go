@@ -57,19 +57,22 @@ func (r *row) busBW() float64 {
 
 // report prints what rank 0 shows: nccl-tests' table, or JSON at the end.
 type report struct {
-	w       io.Writer
-	op      string
-	lib     *nccl.Library
-	path    string // native or grouped, for an operation that has both
-	ranks   int
-	job     launch.Job
-	gpus    int // per process
-	iters   int
-	warm    int
-	check   int
-	perIter bool
-	json    bool
-	show    bool // rank 0 prints
+	w        io.Writer
+	op       string
+	lib      *nccl.Library
+	path     string // native or grouped, for an operation that has both
+	ranks    int
+	job      launch.Job
+	gpus     int // per process
+	iters    int
+	warm     int
+	check    int
+	perIter  bool
+	graphs   int    // -G
+	register int    // -R
+	alloc    string // what allocated the buffers
+	json     bool
+	show     bool // rank 0 prints
 
 	rows []row
 }
@@ -79,8 +82,14 @@ func (p *report) header() {
 		return
 	}
 	fmt.Fprintf(p.w, "# nccl-bench (gonccl) %s, NCCL %s from %s\n", p.op, p.lib.Version(), p.lib.Path)
-	fmt.Fprintf(p.w, "# nranks %d: %d process(es) × %d GPU(s), launcher %s; iters %d, warmup %d, check %d\n",
-		p.ranks, p.job.Size, p.gpus, p.job.Launcher, p.iters, p.warm, p.check)
+	// The parameters as nccl-tests' parameter line words them, so that one
+	// pattern finds them in either program's output.
+	fmt.Fprintf(p.w, "# nranks %d: %d process(es) × %d GPU(s), launcher %s; warmup iters: %d iters: %d validation: %d graph: %d local_register: %d\n",
+		p.ranks, p.job.Size, p.gpus, p.job.Launcher, p.warm, p.iters, p.check, p.graphs, p.register)
+	if p.graphs > 0 {
+		fmt.Fprintf(p.w, "# CUDA Graph mode: the %d iterations of each size captured into a graph per GPU, launched %d times\n", p.iters, p.graphs)
+	}
+	fmt.Fprintf(p.w, "# Buffers: %s, registration %s (-R %d)\n", p.alloc, registerNames[p.register], p.register)
 	it, itu := "", ""
 	if p.perIter {
 		it, itu = fmt.Sprintf("  %7s  %7s  %7s  %7s", "min", "max", "p99", "cv"), fmt.Sprintf("  %7s  %7s  %7s  %7s", "(us)", "(us)", "(us)", "(%)")
@@ -149,7 +158,9 @@ func (p *report) end() error {
 		return err
 	}
 	doc := map[string]any{"op": p.op, "nccl": p.lib.Version().String(), "ranks": p.ranks,
-		"processes": p.job.Size, "gpus_per_process": p.gpus, "rows": p.rows, "avg_busbw": avg}
+		"processes": p.job.Size, "gpus_per_process": p.gpus, "rows": p.rows, "avg_busbw": avg,
+		"warmup_iters": p.warm, "iterations": p.iters, "validation": p.check,
+		"graph": p.graphs, "local_register": p.register, "register": registerNames[p.register], "allocator": p.alloc}
 	if p.path != "" {
 		doc["path"] = p.path
 	}

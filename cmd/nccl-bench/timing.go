@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"log"
 	"math"
 	"slices"
@@ -34,6 +36,9 @@ func (b *bench) run(count int, inPlace bool, iters int, check bool) result {
 		log.Fatalf("%d elements do not fit the %d-element buffers", e, b.cap)
 	}
 	b.prepare(count)
+	if b.graphs > 0 {
+		return b.runGraphs(count, inPlace, iters, check)
+	}
 	wrong := -1
 	if check && b.checkable(inPlace) {
 		wrong = b.check(count, inPlace)
@@ -62,6 +67,97 @@ func (b *bench) run(count int, inPlace bool, iters int, check bool) result {
 		r.iter = stats(b.jobReduce(b.iterTimes(iters), nccl.Max))
 	}
 	return r
+}
+
+// runGraphs is run with -G, as nccl-tests' BenchTime with cudaGraphLaunches:
+// one run and a barrier; the iters iterations captured, each at its shift,
+// into one CUDA graph per local stream (the warm-up is not); a barrier, then
+// on the host clock the graphs launched b.graphs times (each round every
+// local GPU's graph in turn) and every stream synchronised; µs per operation
+// is that time over iters × b.graphs, averaged over the processes. The graphs
+// are destroyed, then with check the result is checked after a run captured
+// into graphs of its own, launched once, as nccl-tests checks in this mode.
+func (b *bench) runGraphs(count int, inPlace bool, iters int, check bool) result {
+	must(b.launch(count, inPlace, 0))
+	b.sync()
+	b.barrier()
+	must(b.capture(func() error {
+		for it := range iters {
+			if err := b.launch(count, inPlace, it); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	b.barrier()
+	t0 := time.Now()
+	must(b.launchGraphs(b.graphs))
+	b.sync()
+	us := float64(time.Since(t0).Nanoseconds()) / 1e3 / float64(iters*b.graphs)
+	r := result{us: b.jobReduce([]float64{us}, nccl.Sum)[0] / float64(b.n/len(b.ranks)), wrong: -1}
+	must(b.destroyGraphs())
+	if check && b.checkable(inPlace) {
+		b.barrier()
+		r.wrong = b.checkGraph(count, inPlace)
+	}
+	return r
+}
+
+// capture records what fn enqueues on the local streams into one CUDA graph
+// per stream, as nccl-tests captures: every stream's capture begun, in
+// thread-local mode, by this goroutine (locked to its OS thread until the
+// captures end), fn, every capture ended and instantiated. On failure the
+// captures are ended and their graphs destroyed.
+func (b *bench) capture(fn func() error) error {
+	cu := b.lib.CUDA()
+	begun := 0
+	var err error
+	for ; begun < len(b.ranks); begun++ {
+		if err = cu.BeginCapture(b.ranks[begun].stream); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = fn()
+	}
+	for i := range begun {
+		g, eerr := cu.EndCapture(b.ranks[i].stream)
+		b.ranks[i].graph = g
+		if err == nil {
+			err = eerr
+		}
+	}
+	if err != nil {
+		return errors.Join(fmt.Errorf("capturing %s into a CUDA graph (-G): %w", b.op.name, err), b.destroyGraphs())
+	}
+	return nil
+}
+
+// launchGraphs launches every local rank's graph on its stream, n rounds. It
+// allocates nothing.
+func (b *bench) launchGraphs(n int) error {
+	for range n {
+		for i := range b.ranks {
+			r := &b.ranks[i]
+			if err := r.graph.Launch(r.stream); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// destroyGraphs destroys the local ranks' graphs, if any.
+func (b *bench) destroyGraphs() error {
+	var errs []error
+	for i := range b.ranks {
+		r := &b.ranks[i]
+		if r.graph != nil {
+			errs = append(errs, r.graph.Destroy())
+			r.graph = nil
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // makeEvents gives every local stream iters+1 timing events.

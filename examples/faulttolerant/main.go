@@ -59,7 +59,14 @@ func main() {
 	var err error
 	switch *role {
 	case "":
-		err = orchestrate()
+		// Say at once if this NCCL is too old, before starting any rank.
+		var lib *nccl.Library
+		if lib, err = nccl.Open(); err == nil {
+			err = lib.Require("ncclCommRevoke", "ncclCommShrink", "ncclCommGrow")
+		}
+		if err == nil {
+			err = orchestrate()
+		}
 	case "rank", "replacement":
 		err = rankMain(lf)
 	default:
@@ -89,7 +96,12 @@ func orchestrate() error {
 		cmd.Stderr = os.Stderr
 		// Rank 0's ncclGetUniqueId hosts the rendezvous (no NCCL_COMM_ID); the
 		// run id marks the id file as this job's.
-		cmd.Env = append(os.Environ(), "NCCL_COMM_ID=", "GONCCL_RUN_ID=faulttolerant-"+filepath.Base(d))
+		cmd.Env = []string{"GONCCL_RUN_ID=faulttolerant-" + filepath.Base(d)}
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "NCCL_COMM_ID=") && !strings.HasPrefix(kv, "GONCCL_RUN_ID=") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
 		if stdout != nil {
 			cmd.Stdout = stdout
 			return cmd, nil, cmd.Start()
@@ -159,6 +171,9 @@ func rankMain(lf *launch.Flags) error {
 	}
 	lib, err := nccl.Open()
 	if err != nil {
+		return err
+	}
+	if err := lib.Require("ncclCommRevoke", "ncclCommShrink", "ncclCommGrow"); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)

@@ -1,0 +1,106 @@
+package nccl
+
+import (
+	"unsafe"
+
+	"github.com/gonccl/nccl/abi"
+)
+
+// Stream-ordered copies between typed host slices and buffers, and page-locked
+// host memory of a given element type.
+
+// CopyInAsync enqueues on s a copy of host into the start of b, whose type must
+// be T's. From ordinary Go memory CUDA stages the bytes before it returns, so
+// host may change at once; from page-locked memory (MallocHostOf, HostRegister)
+// the copy happens later, in stream order: leave host unchanged until s has
+// passed it. s must be on b's device. It allocates nothing.
+func CopyInAsync[T Element](b Buffer, host []T, s Stream) error {
+	const op = "cudaMemcpyAsync"
+	if err := checkAsyncCopy(op, b, TypeOf[T](), len(host), s); err != nil {
+		return err
+	}
+	if len(host) == 0 {
+		return nil
+	}
+	return b.mem.cu.call(cuMemcpyAsync, uintptr(b.ptr), uintptr(unsafe.Pointer(&host[0])), uintptr(len(host)*b.dt.Size()),
+		uintptr(abi.MemcpyDefault), s.h)
+}
+
+// CopyOutAsync enqueues on s a copy of the start of b, whose type must be T's,
+// into host. Into ordinary Go memory CUDA returns once the copy is done; into
+// page-locked memory it returns at once and host holds the elements once s has
+// passed the copy (Stream.Synchronize, or an Event recorded after it).
+func CopyOutAsync[T Element](host []T, b Buffer, s Stream) error {
+	const op = "cudaMemcpyAsync"
+	if err := checkAsyncCopy(op, b, TypeOf[T](), len(host), s); err != nil {
+		return err
+	}
+	if len(host) == 0 {
+		return nil
+	}
+	return b.mem.cu.call(cuMemcpyAsync, uintptr(unsafe.Pointer(&host[0])), uintptr(b.ptr), uintptr(len(host)*b.dt.Size()),
+		uintptr(abi.MemcpyDefault), s.h)
+}
+
+// CopyAsync enqueues on s a copy of src into the start of dst: the same
+// element type, dst at least as long. Buffers on different devices are copied
+// directly where peer access is on, else through the host, as CUDA does.
+func CopyAsync(dst, src Buffer, s Stream) error {
+	const op = "cudaMemcpyAsync"
+	if err := checkAsyncCopy(op, dst, src.dt, src.n, s); err != nil {
+		return err
+	}
+	if _, err := src.cuda(op); err != nil {
+		return err
+	}
+	if src.n == 0 {
+		return nil
+	}
+	return dst.mem.cu.call(cuMemcpyAsync, uintptr(dst.ptr), uintptr(src.ptr), uintptr(src.Size()), uintptr(abi.MemcpyDefault), s.h)
+}
+
+func checkAsyncCopy(op string, b Buffer, dt DataType, n int, s Stream) error {
+	if _, err := b.cuda(op); err != nil {
+		return err
+	}
+	if dt != b.dt {
+		return argError(op, "%v elements and a buffer of %v", dt, b.dt)
+	}
+	if n > b.n {
+		return argError(op, "%d elements and a buffer of %d", n, b.n)
+	}
+	if s.cu == nil {
+		return argError(op, "the zero Stream (make one with CUDA.NewStream, or use CUDA.DefaultStream)")
+	}
+	if s.dev != b.mem.dev {
+		return argError(op, "stream on device %d, buffer on device %d", s.dev, b.mem.dev)
+	}
+	return nil
+}
+
+// MallocHostOf allocates page-locked host memory for n elements of T
+// (cudaMallocHost): the source or destination of truly asynchronous copies.
+// Free it with FreeHostOf.
+func MallocHostOf[T Element](cu *CUDA, n int) ([]T, error) {
+	var z T
+	size, err := bufferSize("cudaMallocHost", TypeOf[T](), n)
+	if err != nil {
+		return nil, err
+	}
+	if size == 0 {
+		return nil, argError("cudaMallocHost", "%d elements: must be positive", n)
+	}
+	b, err := cu.MallocHost(size)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), size/int(unsafe.Sizeof(z))), nil
+}
+
+// FreeHostOf frees memory from MallocHostOf.
+func FreeHostOf[T Element](cu *CUDA, p []T) error {
+	if len(p) == 0 {
+		return nil
+	}
+	return cu.FreeHost(asBytes(p))
+}
