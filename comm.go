@@ -3,6 +3,7 @@ package nccl
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,7 @@ type Comm struct {
 	life       atomic.Int64
 	released   atomic.Bool
 	revoked    atomic.Bool   // Revoke succeeded: Close destroys without finalizing
+	revoking   atomic.Bool   // a revoke was started (by Revoke or a Wait's deadline)
 	onDeadline atomic.Int32  // DeadlineAction of Wait
 	done       chan struct{} // closed once freed
 	freeErr    error         // what freeing returned; read after done
@@ -156,6 +158,9 @@ func (c *Comm) free(sym int) error {
 	if sym == fnCommAbort && c.graphs.Load() > 0 {
 		// NCCL would wait in ncclCommAbort for the graphs holding the
 		// communicator to be destroyed: an abort cannot wait for the user.
+		// The state is no longer open, so a capture that ends from now on
+		// destroys its graph itself (EndCapture); one still open keeps
+		// ncclCommAbort waiting until it ends.
 		c.graphMu.Lock()
 		gs := slices.Clone(c.graphList)
 		c.graphMu.Unlock()
@@ -179,8 +184,11 @@ func (c *Comm) free(sym int) error {
 // outstanding work on the GPU, and returns without waiting for calls other
 // goroutines have inside NCCL: the last of them to return frees it. Graphs
 // captured through gonccl that hold its operations are destroyed first
-// (NCCL >= 2.26 would wait for them); their later Launch and Destroy return
-// errors matching ErrClosed. It is the
+// (NCCL >= 2.26 would wait for them; a Launch of one in progress is waited
+// for); their later Launch and Destroy return errors matching ErrClosed. A
+// capture still open that holds its operations keeps ncclCommAbort waiting
+// inside NCCL until it ends, and EndCapture then destroys the graph and
+// returns an error matching ErrClosed. It is the
 // way out of a hung operation, a blocked init, Split or Close, and of a peer
 // that died. It returns an error matching ErrClosed if the communicator was
 // already closed or aborted.
@@ -216,7 +224,7 @@ func (c *Comm) Abort() error {
 func (c *Comm) Close(ctx context.Context) error {
 	const op = "ncclCommFinalize"
 	if n := c.graphs.Load(); n > 0 && c.state() == stOpen {
-		return fmt.Errorf("%s: %d CUDA graph(s) hold this communicator's operations; destroy them first: %w", op, n, ErrGraphsAlive)
+		return fmt.Errorf("%s: %d CUDA graph(s) or open capture(s) hold this communicator's operations; end and destroy them first: %w", op, n, ErrGraphsAlive)
 	}
 	if _, ok := c.moveState(stClosing, stOpen); !ok {
 		return &ClosedError{Op: op, What: "communicator"}
@@ -305,11 +313,18 @@ func (c *Comm) asyncResult(op string, closing bool) (abi.Result, error) {
 	if err != nil {
 		return 0, err
 	}
-	var r int32
-	err = c.lib.callPtr(fnCommGetAsyncError, h, uintptr(unsafe.Pointer(&r)))
+	// NCCL writes the result through r: pooled heap memory, kept alive below,
+	// so that a poll allocates nothing (callPtr's escaping arguments would).
+	r := resultSlots.Get().(*int32)
+	err = c.lib.call(fnCommGetAsyncError, h, uintptr(unsafe.Pointer(r)))
+	runtime.KeepAlive(r)
 	c.exit()
-	return abi.Result(r), err
+	res := abi.Result(*r)
+	resultSlots.Put(r)
+	return res, err
 }
+
+var resultSlots = sync.Pool{New: func() any { return new(int32) }}
 
 func isClosed(err error) bool {
 	_, ok := err.(*ClosedError)

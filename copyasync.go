@@ -22,8 +22,7 @@ func CopyInAsync[T Element](b Buffer, host []T, s Stream) error {
 	if len(host) == 0 {
 		return nil
 	}
-	return b.mem.cu.call(cuMemcpyAsync, uintptr(b.ptr), uintptr(unsafe.Pointer(&host[0])), uintptr(len(host)*b.dt.Size()),
-		uintptr(abi.MemcpyDefault), s.h)
+	return b.mem.cu.memcpyAsync(uintptr(b.ptr), uintptr(unsafe.Pointer(&host[0])), uintptr(len(host)*b.dt.Size()), s)
 }
 
 // CopyOutAsync enqueues on s a copy of the start of b, whose type must be T's,
@@ -38,8 +37,7 @@ func CopyOutAsync[T Element](host []T, b Buffer, s Stream) error {
 	if len(host) == 0 {
 		return nil
 	}
-	return b.mem.cu.call(cuMemcpyAsync, uintptr(unsafe.Pointer(&host[0])), uintptr(b.ptr), uintptr(len(host)*b.dt.Size()),
-		uintptr(abi.MemcpyDefault), s.h)
+	return b.mem.cu.memcpyAsync(uintptr(unsafe.Pointer(&host[0])), uintptr(b.ptr), uintptr(len(host)*b.dt.Size()), s)
 }
 
 // CopyAsync enqueues on s a copy of src into the start of dst: the same
@@ -56,7 +54,21 @@ func CopyAsync(dst, src Buffer, s Stream) error {
 	if src.n == 0 {
 		return nil
 	}
-	return dst.mem.cu.call(cuMemcpyAsync, uintptr(dst.ptr), uintptr(src.ptr), uintptr(src.Size()), uintptr(abi.MemcpyDefault), s.h)
+	return dst.mem.cu.memcpyAsync(uintptr(dst.ptr), uintptr(src.ptr), uintptr(src.Size()), s)
+}
+
+// memcpyAsync enqueues a copy of n bytes on s: on the legacy stream of s's
+// device when s is one (not the calling thread's current device's). A host
+// address converted from a Go pointer in the call's arguments keeps its
+// memory in place and alive for the call (uintptrescapes: what the caller's
+// pointer points to lives on the heap, which does not move).
+//
+//go:uintptrescapes
+func (cu *CUDA) memcpyAsync(dst, src, n uintptr, s Stream) error {
+	if s.h == 0 {
+		return cu.OnDevice(s.dev, func() error { return cu.call(cuMemcpyAsync, dst, src, n, uintptr(abi.MemcpyDefault), 0) })
+	}
+	return cu.call(cuMemcpyAsync, dst, src, n, uintptr(abi.MemcpyDefault), s.h)
 }
 
 func checkAsyncCopy(op string, b Buffer, dt DataType, n int, s Stream) error {

@@ -157,3 +157,28 @@ func TestRequire(t *testing.T) {
 		t.Errorf("an unknown name: %v", err)
 	}
 }
+
+// TestAsyncCopiesOfPageableMemory: as CUDA does, a copy from ordinary Go
+// memory is staged during the call (the slice may change at once), and a copy
+// into it is done when the call returns.
+func TestAsyncCopiesOfPageableMemory(t *testing.T) {
+	cu := open(t, "v230").CUDA()
+	s, err := cu.NewStream(0, nccl.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	b := mustAlloc(t, cu, nccl.Float32, 4)
+	host := []float32{1, 2, 3, 4}
+	if err := nccl.CopyInAsync(b, host, s); err != nil {
+		t.Fatal(err)
+	}
+	host[0] = 99
+	got := make([]float32, 4)
+	if err := nccl.CopyOutAsync(got, b, s); err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != 1 || got[3] != 4 { // no Synchronize: done at return
+		t.Errorf("got %v, want [1 2 3 4]", got)
+	}
+}

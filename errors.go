@@ -21,6 +21,9 @@ var (
 	// ErrGraphsAlive: Comm.Close refused because CUDA graphs captured
 	// through gonccl still hold the communicator's operations.
 	ErrGraphsAlive = errors.New("CUDA graphs hold the communicator")
+	// ErrRevoked: the communicator was revoked (Comm.Revoke, or a Wait under
+	// RevokeOnDeadline): work waited for was stopped, not done.
+	ErrRevoked = errors.New("communicator revoked")
 
 	// One per ncclResult_t, matched by *Error.
 	ErrUnhandledCuda   = errors.New("unhandled CUDA error")

@@ -42,6 +42,7 @@ func (c *Comm) Revoke(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.revoking.Store(true) // a Wait's revoke on its deadline now waits for this one
 	err = c.lib.call(fnCommRevoke, h, abi.RevokeDefault)
 	c.exit()
 	if err != nil && !isInProgress(err) {

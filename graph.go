@@ -195,7 +195,15 @@ func (cu *CUDA) noteComm(c *Comm, h uintptr) {
 	for _, cp := range cu.capt.open {
 		if cp.stream == h && h != 0 && !slices.Contains(cp.comms, c) {
 			cp.comms = append(cp.comms, c)
+			c.graphs.Add(1) // the capture holds c from now on; its graph inherits the hold
 		}
+	}
+}
+
+// release drops the holds of a capture that made no graph.
+func (c *capture) release() {
+	for _, cm := range c.comms {
+		cm.graphs.Add(-1)
 	}
 }
 
@@ -280,6 +288,7 @@ func (cu *CUDA) EndCapture(s Stream) (*Graph, error) {
 	err := cu.callPtr(cuStreamEndCapture, s.h, uintptr(unsafe.Pointer(&graph)))
 	runtime.UnlockOSThread() // BeginCapture's
 	if err != nil {
+		c.release()
 		return nil, err
 	}
 	g := &Graph{cu: cu, graph: graph, dev: s.dev}
@@ -288,14 +297,26 @@ func (cu *CUDA) EndCapture(s Stream) (*Graph, error) {
 	})
 	if err != nil {
 		cu.call(cuGraphDestroy, graph)
+		c.release()
 		return nil, err
 	}
+	// The graph holds the communicators its capture held. One closed or
+	// aborted meanwhile (Close and Abort wait in NCCL for this graph) gets
+	// it destroyed at once, and the caller an error.
 	g.comms = c.comms
+	var gone *Comm
 	for _, cm := range g.comms {
-		cm.graphs.Add(1)
 		cm.graphMu.Lock()
-		cm.graphList = append(cm.graphList, g)
+		if cm.state() == stOpen {
+			cm.graphList = append(cm.graphList, g)
+		} else if gone == nil {
+			gone = cm
+		}
 		cm.graphMu.Unlock()
+	}
+	if gone != nil {
+		g.Destroy()
+		return nil, &ClosedError{Op: op, What: "communicator whose operations the capture holds"}
 	}
 	return g, nil
 }
@@ -410,6 +431,11 @@ func (s Stream) Capturing() (CaptureStatus, error) {
 //
 // Launch and Destroy may be called from any goroutine: a Destroy (or an Abort
 // of a communicator it holds) never frees the graph under a Launch in progress.
+//
+// gonccl knows an operation was captured when it is enqueued on the stream
+// BeginCapture began on. One enqueued on another stream that joined the
+// capture (forked through an event) is captured by CUDA but not counted:
+// close such a communicator only after destroying the graph.
 type Graph struct {
 	cu    *CUDA
 	graph uintptr

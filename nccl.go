@@ -240,10 +240,21 @@ func (l *Library) call(sym int, args ...uintptr) error {
 		return l.unsupported(sym)
 	}
 	if r := abi.Result(int32(ccall.Call(fn, args...))); r != abi.Success {
+		if r == abi.InProgress { // a non-blocking communicator's every launch: no allocation
+			return inProgress[sym]
+		}
 		return l.failure(sym, r)
 	}
 	return nil
 }
+
+// inProgress holds each function's ncclInProgress result, made once.
+var inProgress = func() (e [numNCCLSymbols]*Error) {
+	for i, s := range ncclSymbols {
+		e[i] = &Error{Op: s.name, Code: abi.InProgress, Msg: "operation in progress"}
+	}
+	return e
+}()
 
 // callPtr is call for arguments converted from Go pointers in the argument list
 // (see ccall.CallPtr).

@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -18,7 +19,8 @@ import (
 // ends. On ctx's end it frees the hung NCCL operation and returns an error
 // wrapping ctx.Err(): by aborting the communicator, or, after
 // SetDeadlineAction(RevokeOnDeadline), by revoking it so that the ranks still
-// alive can Shrink it.
+// alive can Shrink it. On a revoked communicator it returns an error matching
+// ErrRevoked: the work it waited for was stopped, not done.
 func (c *Comm) Wait(ctx context.Context, s Stream) error {
 	const op = "Wait"
 	if s.cu == nil && s.h != 0 {
@@ -32,6 +34,9 @@ func (c *Comm) Wait(ctx context.Context, s Stream) error {
 		s = cu.DefaultStream(c.dev)
 	}
 	err := c.waitFor(ctx, op, func() (bool, error) {
+		if c.revoked.Load() { // the stream drains, but its work was stopped, not done
+			return false, revokedError(op)
+		}
 		if err := c.AsyncError(); err != nil && !isInProgress(err) {
 			return false, err
 		}
@@ -46,7 +51,7 @@ func (c *Comm) Wait(ctx context.Context, s Stream) error {
 		return done, err
 	})
 	if err != nil && ctx.Err() != nil {
-		if DeadlineAction(c.onDeadline.Load()) == RevokeOnDeadline && !c.revoked.Load() {
+		if DeadlineAction(c.onDeadline.Load()) == RevokeOnDeadline {
 			return c.revokeAfter(err)
 		}
 		return c.abortAfter(err)
@@ -66,7 +71,10 @@ const (
 	// in-flight work stops, later operations fail, and the communicator stays
 	// for Shrink (with ShrinkAbort), Split or Close. For jobs that go on
 	// without a dead rank. If the revoke fails, or does not end within
-	// RevokeGrace, the communicator is aborted after all.
+	// RevokeGrace, the communicator is aborted after all. On a blocking
+	// communicator ncclCommRevoke waits for quiescence inside NCCL, where
+	// RevokeGrace cannot reach it (NCCL raises its abort flag first, so its
+	// kernels end).
 	RevokeOnDeadline
 )
 
@@ -94,11 +102,33 @@ func (c *Comm) SetDeadlineAction(a DeadlineAction) error {
 // the communicator: its operations fail, and Shrink, Split and Close remain.
 func (c *Comm) Revoked() bool { return c.revoked.Load() }
 
+func revokedError(op string) error {
+	return fmt.Errorf("%s: the communicator was revoked: its work was stopped, not done: %w", op, ErrRevoked)
+}
+
 // revokeAfter revokes the communicator after a wait ended by its context, and
-// returns cause noting that, or the revoke's failure (it aborted then).
+// returns cause noting that, or the revoke's failure (it aborted then). Of
+// several waits that reach their deadline together one revokes; the others
+// wait for that revoke and report it.
 func (c *Comm) revokeAfter(cause error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), RevokeGrace)
 	defer cancel()
+	if errors.Is(cause, ErrRevoked) { // revoked meanwhile, by Revoke or another Wait
+		return cause
+	}
+	revoked := fmt.Errorf("%w; %w: Shrink or Close it", cause, ErrRevoked)
+	if !c.revoking.CompareAndSwap(false, true) {
+		for !c.revoked.Load() {
+			if s := c.state(); s == stAborting || s == stClosed {
+				return cause
+			}
+			if ctx.Err() != nil {
+				return c.abortAfter(fmt.Errorf("%w (the revoke under way did not end within %v, communicator aborted)", cause, RevokeGrace))
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		return revoked
+	}
 	if err := c.Revoke(ctx); err != nil {
 		if isClosed(err) {
 			return cause
@@ -106,7 +136,7 @@ func (c *Comm) revokeAfter(cause error) error {
 		// The operation still hangs: free it the other way.
 		return c.abortAfter(fmt.Errorf("%w (revoke failed, communicator aborted: %v)", cause, err))
 	}
-	return fmt.Errorf("%w (communicator revoked: Shrink or Close it)", cause)
+	return revoked
 }
 
 // spinFor is how long waitFor polls without sleeping.
@@ -116,14 +146,8 @@ const spinFor = 500 * time.Microsecond
 // wrapping ctx.Err()), or the communicator is aborted (an error matching
 // ErrClosed). It yields between polls for spinFor, for waits that end within
 // microseconds (an operation's launch on a non-blocking communicator), then
-// sleeps between polls, up to a millisecond.
+// sleeps between polls, up to a millisecond. It allocates nothing.
 func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)) error {
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
 	delay := time.Duration(0)
 	var start time.Time
 	for i := 0; ; i++ {
@@ -142,7 +166,9 @@ func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)
 		}
 		// Spin (yielding) for the first spinFor: a non-blocking
 		// communicator's launch ends within tens to hundreds of µs, and a
-		// sleep costs more than that. Then back off to a millisecond.
+		// sleep costs more than that. Then back off to a millisecond, in
+		// sleeps (time.Sleep reuses the goroutine's timer: no allocation), so
+		// that ctx's end is seen within a millisecond.
 		if i == 0 {
 			start = time.Now()
 		}
@@ -156,16 +182,7 @@ func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)
 		case delay < time.Millisecond:
 			delay = min(delay*3/2, time.Millisecond)
 		}
-		if timer == nil {
-			timer = time.NewTimer(delay)
-		} else {
-			timer.Reset(delay)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", op, ctx.Err())
-		case <-timer.C:
-		}
+		time.Sleep(delay)
 	}
 }
 

@@ -57,10 +57,14 @@ for v in default old vccl11; do
   run $v $E/dataparallel
 done
 run vccl10 env GONCCL_ALLTOALLV_ABI=10 $E/alltoallv -k 256
-# One-sided puts and signals (NCCL >= 2.29.2): the v230 fake, ranks as goroutines
-# (the fake models RMA within one process only); every byte checked.
+# One-sided puts and signals (NCCL >= 2.29.2): the v230 fake, ranks as
+# goroutines; every byte checked.
 run v230 $E/onesided
 run v230 $E/onesided -gpus 3 -bytes 5003 -offset 1237
+# Across processes: one-sided puts between rank processes, and a job that loses
+# rank 1 to SIGKILL, revokes, shrinks, and grows back with a replacement process.
+run v230 $E/onesided -np 2 -timeout 30s
+run v230 $E/faulttolerant -timeout 30s -step-timeout 1s
 refused() { # refused VARIANT TEXT CMD...: the command must exit 1 within 60 s, saying TEXT
   local v=$1 want=$2
   shift 2

@@ -942,11 +942,32 @@ API int cudaMemcpyAsync(void* dst, const void* src, size_t n, int kind, void* st
     int r = check_copy(dst, src, n, kind);
     if (r) return fail(r);
     if ((r = capture_or_run(st, (node){.kind = nodeCopy, .dst = dst, .src = src, .n = n})) >= 0) return r ? fail(r) : r;
+    if (n && pageable(src)) {
+        /* As CUDA: from pageable host memory the bytes are staged during
+         * the call (the caller may change them at once); the copy lands
+         * later, in stream order. */
+        copy* c = malloc(sizeof *c + n);
+        *c = (copy){dst, NULL, n, 0};
+        memcpy(c + 1, src, n);
+        if ((r = enqueue(st, run_staged_copy, NULL, c))) {
+            free(c);
+            return fail(r);
+        }
+        return cudaSuccess;
+    }
     copy* c = malloc(sizeof *c);
     *c = (copy){dst, src, n, 0};
     if ((r = enqueue(st, run_copy, NULL, c))) {
         free(c);
         return fail(r);
+    }
+    if (n && pageable(dst)) {
+        /* As CUDA: into pageable host memory the call returns once the
+         * copy is done (synchronous with respect to the host). */
+        pthread_mutex_lock(&g);
+        stream* s = resolve(st);
+        while (s && s->head) pthread_cond_wait(&done_cond, &g);
+        pthread_mutex_unlock(&g);
     }
     return cudaSuccess;
 }

@@ -22,9 +22,22 @@
  * ncclCommSplit lives in the process of its new rank 0 (NCCL bootstraps a
  * split from the new root). The hub carries its remote ranks' traffic: its
  * own ranks end an operation only once the remote ranks have their answers,
- * and its Finalize/Destroy lets the last answers leave (up to 2 s), since the
- * process may exit next; it must outlive the work of its cliques. A peer's
- * death is not detected: whoever waits for it waits until aborted.
+ * and its Finalize/Destroy lets the last answers (and one-sided puts and
+ * signals still held for remote ranks) leave, up to 2 s, since the process
+ * may exit next; it must outlive the work of its cliques. A peer's death is
+ * not detected: whoever waits for it waits until aborted or revoked.
+ *
+ * Fault tolerance and one-sided RMA work across processes too (2.28.7-2.30,
+ * see their sections): ncclCommRevoke needs no peer (a remote rank lets its
+ * connection go, so a dead hub is never waited for); ncclCommShrink's staying
+ * ranks meet without the parent's hub, which may be the dead process, in the
+ * process of the lowest staying rank (an abstract Unix socket named by the new
+ * clique's key); a grow id carries the root of the process that made it,
+ * where the grown clique lives and every rank of another process joins (the
+ * existing ranks that pass no id learn it from their hub); puts and signals
+ * between processes go through the hub, a remote rank's bytes landing when
+ * its ncclWaitSignal takes the signal. Not across processes: splitting a
+ * revoked communicator (ncclInvalidUsage, saying so).
  *
  * Every collective is checked across ranks: a rank calling another operation,
  * count, type, reduction or root than the others fails it on every rank
@@ -88,6 +101,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -182,7 +196,7 @@ API ncclResult_t ncclGetVersion(int* v) {
 /* ---- loopback TCP: addresses, sockets, messages ---- */
 
 typedef struct {
-    int family; /* 4 or 6 */
+    int family; /* 4 or 6; 1: an abstract Unix socket named by addr[0..7] (a shrink's rendezvous) */
     unsigned char addr[16];
     int port;
 } netaddr;
@@ -243,6 +257,14 @@ static int parse_addr(const char* s, netaddr* a) {
 
 static socklen_t to_sockaddr(const netaddr* a, struct sockaddr_storage* ss) {
     memset(ss, 0, sizeof *ss);
+    if (a->family == 1) {
+        struct sockaddr_un* su = (struct sockaddr_un*)ss;
+        uint64_t k;
+        memcpy(&k, a->addr, 8);
+        su->sun_family = AF_UNIX;
+        int n = snprintf(su->sun_path + 1, sizeof su->sun_path - 1, "fakenccl-%016llx", (unsigned long long)k);
+        return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+    }
     if (a->family == 6) {
         struct sockaddr_in6* s6 = (struct sockaddr_in6*)ss;
         s6->sin6_family = AF_INET6;
@@ -258,7 +280,7 @@ static socklen_t to_sockaddr(const netaddr* a, struct sockaddr_storage* ss) {
 }
 
 static void nodelay(int fd) {
-    int one = 1;
+    int one = 1; /* fails harmlessly on a Unix socket */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
@@ -277,7 +299,7 @@ static int listen_on(netaddr* a) {
         errno = e;
         return -1;
     }
-    if (a->port == 0) {
+    if (a->port == 0 && a->family != 1) {
         len = sizeof ss;
         getsockname(fd, (struct sockaddr*)&ss, &len);
         a->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6*)&ss)->sin6_port : ((struct sockaddr_in*)&ss)->sin_port);
@@ -324,7 +346,7 @@ static int recv_all(int fd, void* p, size_t n) {
 
 /* A message: a fixed header (type, payload length; little-endian, as every
  * host gonccl runs on), then the payload. */
-enum { M_JOIN = 1, M_CONNECT, M_COLL, M_P2P, M_SPLIT, M_WIN, M_REPLY, M_NOTE };
+enum { M_JOIN = 1, M_CONNECT, M_COLL, M_P2P, M_SPLIT, M_WIN, M_REPLY, M_NOTE, M_PUT, M_WAITSIG, M_GROWID, M_GROWGET };
 typedef struct {
     uint32_t type, pad;
     uint64_t len;
@@ -433,7 +455,8 @@ static int recv_msg(int fd, uint32_t* type, char** payload, size_t* n) {
  *
  *   0   "FKID"
  *   4   key (the clique's name at the hub)
- *  12   flags: 1 = derived from NCCL_COMM_ID (rank 0's init listens there)
+ *  12   flags: 1 = derived from NCCL_COMM_ID (rank 0's init listens there);
+ *          2 = a grow id (ncclCommGetUniqueId): new ranks join the process that made it
  *  13   address family (4, 6)
  *  14   port
  *  16   address (16 bytes)
@@ -442,7 +465,7 @@ static int recv_msg(int fd, uint32_t* type, char** payload, size_t* n) {
 
 typedef struct {
     uint64_t key;
-    int from_env;
+    int from_env, grow;
     netaddr at;
     uint32_t pid;
 } idinfo;
@@ -459,7 +482,7 @@ static void fill_id(ncclUniqueId* id, const idinfo* d) {
     memset(b, 0, 128);
     memcpy(b, "FKID", 4);
     memcpy(b + 4, &d->key, 8);
-    b[12] = (unsigned char)d->from_env;
+    b[12] = (unsigned char)(d->from_env | d->grow << 1);
     b[13] = (unsigned char)d->at.family;
     b[14] = (unsigned char)(d->at.port >> 8);
     b[15] = (unsigned char)d->at.port;
@@ -476,7 +499,8 @@ static int check_id(const ncclUniqueId* id, const char* fn, idinfo* d) {
     const unsigned char* b = (const unsigned char*)id->internal;
     memset(d, 0, sizeof *d);
     memcpy(&d->key, b + 4, 8);
-    d->from_env = b[12];
+    d->from_env = b[12] & 1;
+    d->grow = b[12] >> 1 & 1;
     d->at.family = b[13];
     d->at.port = b[14] << 8 | b[15];
     memcpy(d->at.addr, b + 16, 16);
@@ -579,8 +603,13 @@ typedef struct clique {
     long shrink_seq;
     int shrink_arrived, shrink_left, shrink_bad;
     uint64_t shrink_excluded, shrink_base;
-    /* ncclCommGetUniqueId: the outstanding grow id's key, 0 when none */
+    /* ncclCommGetUniqueId: the outstanding grow id's key (0 when none), where
+     * the grown clique is joined (the root of the process that made the id),
+     * and how many ranks took it (ranks spread over processes) */
     uint64_t grow_key;
+    netaddr grow_at;
+    uint32_t grow_pid;
+    int grow_taken;
     struct clique* next;
 } clique;
 static clique* cliques;
@@ -610,6 +639,8 @@ typedef struct comm {
     int revoked;    /* ncclCommRevoke: in-flight work stops, new operations are refused */
     int halted;     /* ncclCommShrink(NCCL_SHRINK_ABORT) is stopping the in-flight work */
     int suspended;  /* ncclCommSuspend(NCCL_SUSPEND_MEM) */
+    int broken;     /* a remote rank gave its connection up (revoke, or a request left unanswered): the hub sees it closed */
+    struct rput* rputs; /* at the hub, a proxy: one-sided puts for its remote rank, until its ncclWaitSignal takes them */
     long shrink_seq;
     long sig_recv[MAXR], sig_taken[MAXR]; /* one-sided signals received from each peer; those waited for */
     int blocking;
@@ -636,6 +667,15 @@ typedef struct comm {
 static comm* all_comms; /* every comm ever made, live or dead */
 
 static int is_aborted(comm* c) { return c && __atomic_load_n(&c->aborted, __ATOMIC_RELAXED); }
+/* rstopped: a remote rank's requests give up: aborted, revoked, halted by a
+ * shrink's abort flag, or its connection given up. Needs no peer: a dead hub
+ * is never waited for past it. */
+static int rstopped(comm* c) {
+    return c && (__atomic_load_n(&c->aborted, __ATOMIC_RELAXED) || __atomic_load_n(&c->revoked, __ATOMIC_RELAXED) ||
+                 __atomic_load_n(&c->halted, __ATOMIC_RELAXED) || __atomic_load_n(&c->broken, __ATOMIC_RELAXED));
+}
+/* one_process: every rank of c's clique lives in this process. */
+__attribute__((unused)) static int one_process(comm* c) { return !c->remote && !(c->c && c->c->nproxies); }
 /* stopped: in-flight work quits (g held): an abort, a revoke, or a shrink's abort flag. */
 static int stopped(comm* c) { return c->aborted || c->revoked || c->halted; }
 
@@ -833,20 +873,33 @@ static ncclResult_t join(comm* c, uint64_t key, int nranks, int rank, const char
 /* ---- a rank of another process's clique: its side of the connection ---- */
 
 /* wait_abort models a peer that died: nothing is detected, the wait goes on
- * until the communicator is aborted. */
+ * until the communicator is aborted or revoked (or a shrink's abort flag
+ * stops its work). */
 static int wait_abort(comm* c, comm* also) {
     pthread_mutex_lock(&g);
-    while (!c->aborted && !(also && also->aborted)) pthread_cond_wait(&gc, &g);
+    while (!rstopped(c) && !(also && also->aborted)) pthread_cond_wait(&gc, &g);
     pthread_mutex_unlock(&g);
     return -1;
+}
+
+/* give_up breaks c's connection after a request was left unanswered (g held):
+ * it is out of step now, so nothing more goes over it, and the hub, seeing it
+ * closed, stops c's proxy there. An aborted communicator's release closes it. */
+static const char* broken_text =
+    "the communicator's connection to its hub was given up when ncclCommShrink(NCCL_SHRINK_ABORT) stopped a request in flight";
+static void give_up(comm* c) {
+    if (c->aborted || c->broken) return;
+    c->broken = 1;
+    if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
+    pthread_cond_broadcast(&gc);
 }
 
 /* io_acquire takes c's connection for one request and its reply: -1 if c (or
  * also) is aborted first. */
 static int io_acquire(comm* c, comm* also) {
     pthread_mutex_lock(&g);
-    while (c->io_busy && !c->aborted && !(also && also->aborted)) pthread_cond_wait(&gc, &g);
-    if (c->aborted || (also && also->aborted) || c->fd < 0) {
+    while (c->io_busy && !rstopped(c) && !(also && also->aborted)) pthread_cond_wait(&gc, &g);
+    if (rstopped(c) || (also && also->aborted) || c->fd < 0) {
         pthread_mutex_unlock(&g);
         return -1;
     }
@@ -856,10 +909,11 @@ static int io_acquire(comm* c, comm* also) {
     return 0;
 }
 
-/* io_release gives the connection back; the last user of a closed
- * communicator's connection closes it. */
-static void io_release(comm* c) {
+/* io_release gives the connection back (lost: a request was left
+ * unanswered); the last user of a closed communicator's connection closes it. */
+static void io_release(comm* c, int lost) {
     pthread_mutex_lock(&g);
+    if (lost) give_up(c);
     c->io_busy = 0;
     if (--c->io_users == 0 && c->io_closing && c->fd >= 0) {
         close(c->fd);
@@ -874,7 +928,7 @@ static void io_release(comm* c) {
 static int recv_abortable(comm* c, comm* also, void* p, size_t n) {
     char* b = p;
     while (n) {
-        if (is_aborted(c) || is_aborted(also)) return -1;
+        if (rstopped(c) || is_aborted(also)) return -1;
         struct pollfd pf = {c->fd, POLLIN, 0};
         int k = poll(&pf, 1, 50);
         if (k < 0 && errno != EINTR) return -2;
@@ -892,8 +946,8 @@ static int recv_abortable(comm* c, comm* also, void* p, size_t n) {
 static int rpc_send(comm* c, comm* also, wbuf* req) {
     if (io_acquire(c, also)) return -1;
     if (wb_send(c->fd, req)) {
-        wait_abort(c, also); /* the hub is gone: wait, as NCCL would, until aborted */
-        io_release(c);
+        wait_abort(c, also); /* the hub is gone: wait, as NCCL would, until aborted or revoked */
+        io_release(c, 1);
         return -1;
     }
     return 0;
@@ -924,11 +978,11 @@ static int rpc_recv(comm* c, comm* also, char** out, rbuf* r) {
         }
         *out = p;
         *r = (rbuf){p, h.len, 0, 0};
-        io_release(c);
+        io_release(c, 0);
         return 0;
     }
     if (st == -2) wait_abort(c, also);
-    io_release(c);
+    io_release(c, 1);
     return -1;
 }
 
@@ -939,7 +993,8 @@ static int rpc(comm* c, comm* also, wbuf* req, char** out, rbuf* r) {
 
 /* remote_join connects to the hub at a, retrying as NCCL's bootstrap does
  * until it can or c is aborted, and joins the clique of key there. */
-static ncclResult_t remote_join(comm* c, comm* also, const netaddr* a, uint64_t key, int nranks, int rank, const char* fn) {
+static ncclResult_t remote_join_as(comm* c, comm* also, const netaddr* a, uint64_t key, int nranks, int rank, int grow,
+                                   const char* fn) {
     int fd;
     for (;;) {
         if (is_aborted(c) || is_aborted(also) || __atomic_load_n(&c->io_closing, __ATOMIC_RELAXED)) return ncclInternalError;
@@ -964,6 +1019,7 @@ static ncclResult_t remote_join(comm* c, comm* also, const netaddr* a, uint64_t 
     wb_i32(&b, nranks);
     wb_i32(&b, rank);
     wb_i32(&b, !runtime_connect()); /* NCCL_RUNTIME_CONNECT=0: it connects at init */
+    wb_i32(&b, grow);               /* a new rank of a grow: the hub checks it against the grow id */
     char* p = NULL;
     rbuf r;
     int st = rpc(c, also, &b, &p, &r);
@@ -978,6 +1034,10 @@ static ncclResult_t remote_join(comm* c, comm* also, const netaddr* a, uint64_t 
     ready_now(c);
     pthread_mutex_unlock(&g);
     return ncclSuccess;
+}
+
+static ncclResult_t remote_join(comm* c, comm* also, const netaddr* a, uint64_t key, int nranks, int rank, const char* fn) {
+    return remote_join_as(c, also, a, key, nranks, rank, 0, fn);
 }
 
 /* Where a rank's clique is: in this process, hosted by this rank (rank 0 of
@@ -1277,6 +1337,9 @@ API ncclResult_t ncclCommSplit(comm* c, int color, int key, comm** out, const vo
     ncclResult_t r = live(c, "ncclCommSplit");
     if (r) return r;
     if (!out) return fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
+    if ((c->revoked || c->broken) && !one_process(c))
+        return fail(ncclInvalidUsage, "ncclCommSplit: the fake splits a revoked communicator only within one process: across "
+                                      "processes its ranks no longer reach their hub; ncclCommShrink it instead");
     int me, remote;
     uint64_t newkey;
     netaddr at;
@@ -1309,18 +1372,32 @@ API ncclResult_t ncclCommSplit(comm* c, int color, int key, comm** out, const vo
 
 static int inflight; /* requests of remote ranks this process is serving (g) */
 
+/* undelivered: a live proxy of q holds one-sided puts or signals that its
+ * remote rank has not waited for yet (g held). */
+static int undelivered(clique* q) {
+    for (int i = 0; i < q->nranks; i++) {
+        comm* p = q->comm[i];
+        if (!p || !p->proxy || p->aborted) continue;
+        if (p->rputs) return 1;
+        for (int j = 0; j < q->nranks; j++)
+            if (p->sig_recv[j] > p->sig_taken[j]) return 1;
+    }
+    return 0;
+}
+
 /* wait_idle waits for c's work to finish. At a hub, it then lets the remote
  * ranks' last answers go out (up to 2 s, for a rank still blocked on others):
  * a receive here may have completed a remote rank's send before its answer
- * left, and this process may exit next. */
+ * left, a put or signal for a remote rank waits at its proxy for that rank's
+ * ncclWaitSignal, and this process may exit next. */
 static void wait_idle(comm* c) {
     pthread_mutex_lock(&g);
     while (c->pending) pthread_cond_wait(&gc, &g);
-    if (c->c && c->c->nproxies && inflight) {
+    if (c->c && c->c->nproxies && (inflight || undelivered(c->c))) {
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
         dl.tv_sec += 2;
-        while (inflight && pthread_cond_timedwait(&gc, &g, &dl) != ETIMEDOUT) {
+        while ((inflight || undelivered(c->c)) && pthread_cond_timedwait(&gc, &g, &dl) != ETIMEDOUT) {
         }
     }
     pthread_mutex_unlock(&g);
@@ -1993,7 +2070,7 @@ static void run_item(void* p) {
     long ticket = list->ticket;
     if (c->remote) { /* its turn on the connection: launch order, as NCCL runs a communicator's work */
         pthread_mutex_lock(&g);
-        while (c->ticket_serving != ticket && !c->aborted) pthread_cond_wait(&gc, &g);
+        while (c->ticket_serving != ticket && !rstopped(c)) pthread_cond_wait(&gc, &g);
         pthread_mutex_unlock(&g);
     }
     task *p2p = NULL, **tail = &p2p;
@@ -2006,14 +2083,14 @@ static void run_item(void* p) {
             tail = &t->next;
         } else {
             if (!c->remote) run_collective(t, why, sizeof why);
-            else if (!is_aborted(c)) remote_collective(t);
+            else if (!rstopped(c)) remote_collective(t);
             free(t->a2av);
             free(t);
         }
         t = next;
     }
     if (p2p && !c->remote) run_p2p(p2p);
-    else if (p2p && !is_aborted(c)) remote_p2p(p2p);
+    else if (p2p && !rstopped(c)) remote_p2p(p2p);
     while (p2p) {
         task* next = p2p->next;
         free(p2p);
@@ -2438,6 +2515,7 @@ static ncclResult_t enqueue_checked(int kind, const char* fn, const void* send, 
     ncclResult_t r = live(c, fn);
     if (r) return r;
     if (c->revoked) return fail(ncclInvalidUsage, "%s : communicator was revoked", fn);
+    if (c->broken) return fail(ncclInvalidUsage, "%s : %s", fn, broken_text);
     if (c->suspended) return fail(ncclInvalidUsage, "%s : communicator is suspended", fn);
     if (type < 0 || type >= NUM_TYPES) return fail(ncclInvalidArgument, "%s : invalid type %d", fn, type);
     int isop = kind == kAllReduce || kind == kReduce || kind == kReduceScatter;
@@ -2689,6 +2767,7 @@ static void register_window(comm* c, void* buff, size_t size, window** win, int 
     window* w = calloc(1, sizeof *w);
     *w = (window){buff, size, flags, NULL, (flags & 1) && !c->remote ? c->win_seq - 1 : -1};
     pthread_mutex_lock(&g);
+    if ((flags & 1) && c->remote) w->seq = c->win_seq++; /* numbered as its proxy at the hub numbers it */
     w->next = c->windows;
     c->windows = w;
     *win = w;
@@ -2714,19 +2793,43 @@ API ncclResult_t ncclCommWindowDeregister(comm* c, window* w) {
 /* ---- fault tolerance: ncclCommShrink (2.27), ncclCommRevoke (2.28.7),
  * ncclCommGetUniqueId and ncclCommGrow (2.29.2) ----
  *
- * Modelled for cliques whose ranks all live in this process; a rank of a
- * clique spread over processes gets ncclInvalidUsage. A shrink's ranks that
- * stay meet over the parent's clique (the excluded ones may be dead) and form
- * a new clique, renumbered in order; NCCL_SHRINK_ABORT first stops the
- * parent's in-flight work (it returns, its results lost), the default waits
- * for it. A revoke stops the in-flight work, refuses new operations
+ * A shrink's ranks that stay form a new clique, renumbered in order (the
+ * excluded ones may be dead); NCCL_SHRINK_ABORT first stops the parent's
+ * in-flight work (it returns, its results lost), the default waits for it.
+ * Within one process they meet over the parent's clique, which also checks
+ * that their exclusion lists agree. For a clique spread over processes they
+ * meet as NCCL's staying ranks do over the parent's bootstrap ring, without
+ * the root or the excluded ranks: each computes the new key from the
+ * parent's and the shrink's number; the lowest staying rank's process hosts
+ * the new clique (its rank listens at an abstract Unix socket named by the
+ * key until every staying rank has joined; staying ranks of that process
+ * join directly), so the survivors shrink even when the dead process is the
+ * one that hosted the parent. Across processes differing lists are not
+ * detected: the ranks wait for each other until aborted.
+ *
+ * A revoke stops the in-flight work, refuses new operations
  * (ncclInvalidUsage) and makes ncclCommFinalize invalid; destroy, split and
- * shrink still work. A grow id names a new clique of nRanks: the existing
- * ranks keep their numbers, the new ranks take the others; the id is
- * consumed once the new communicator is formed. */
+ * shrink still work. It needs no peer: a rank of another process's clique
+ * gives its connection to the hub up (its request in flight returns at once,
+ * even if the hub is dead; the hub, seeing the connection closed, stops the
+ * rank's proxy), so after a revoke such a communicator can be shrunk and
+ * destroyed, and its split is ncclInvalidUsage. A shrink with
+ * NCCL_SHRINK_ABORT that stops a remote rank's request in flight gives the
+ * connection up too: the parent refuses operations afterwards.
+ *
+ * A grow id names a new clique of nRanks: the existing ranks keep their
+ * numbers, the new ranks take the others; the id is consumed once the new
+ * communicator is formed. The id carries the root of the process that made
+ * it (as ncclGetUniqueId's does) and a grow flag: the grown clique lives in
+ * that process, and the ranks of other processes, new or existing, join it
+ * there, checked there against the id. The existing ranks that pass no id
+ * wait for it at their clique (as NCCL's wait for the root's broadcast of
+ * it): a rank of a clique spread over processes asks its hub, where the
+ * rank that made the id published it; there the id stays outstanding until
+ * every existing rank has taken it. A revoked rank of another process's
+ * clique can no longer reach its hub: its grow is ncclInvalidUsage. */
 
 #if HAS_228
-static int one_process(comm* c) { return !c->remote && !(c->c && c->c->nproxies); }
 
 /* A communicator made from a parent by shrink or grow, run as ncclCommSplit
  * runs: a non-blocking one completes on a thread, the parent in progress
@@ -2776,6 +2879,74 @@ static int shrink_meet(comm* c, comm* nc, uint64_t excluded, int* me, uint64_t* 
     return size;
 }
 
+/* here is a live communicator of this process that is rank r of the clique of
+ * key (g held), or NULL. */
+static comm* here(uint64_t key, int r) {
+    for (comm* k = all_comms; k; k = k->next_all)
+        if (k->magic == COMM_MAGIC && k->ready && k->key == key && k->rank == r && !k->proxy) return k;
+    return NULL;
+}
+
+/* host_clique finds or makes the clique of key in this process and serves
+ * the listening socket lfd for it until its ranks have joined, as rank 0 at
+ * NCCL_COMM_ID does (g not held). */
+static void host_clique(int lfd, uint64_t key, int nranks, comm* c) {
+    pthread_mutex_lock(&g);
+    clique* q = cliques;
+    while (q && q->key != key) q = q->next;
+    if (!q) {
+        q = calloc(1, sizeof *q);
+        q->key = key;
+        q->nranks = nranks;
+        q->next = cliques;
+        cliques = q;
+    }
+    q->hosting = 1;
+    c->host_fd = lfd;
+    pthread_mutex_unlock(&g);
+    host* h = malloc(sizeof *h);
+    *h = (host){lfd, q, c};
+    pthread_t th;
+    pthread_create(&th, NULL, host_accept, h);
+    pthread_detach(th);
+}
+
+/* shrink_spread shrinks a communicator whose ranks live in several processes.
+ * NCCL's staying ranks meet over the parent's bootstrap ring, which needs
+ * neither the excluded ranks nor the root: here they meet without the parent's
+ * hub, which may be dead. Each staying rank computes the same new key from the
+ * parent's and the shrink's number; the new clique lives in the process of the
+ * lowest staying rank, which listens for the others at an abstract Unix socket
+ * named by that key (made for this shrink, closed once every rank joined);
+ * staying ranks of that process join there directly. */
+static ncclResult_t shrink_spread(deriver* d) {
+    comm *c = d->parent, *nc = d->nc;
+    uint64_t x = d->excluded;
+    pthread_mutex_lock(&g);
+    long seq = c->shrink_seq++;
+    uint64_t key = c->key ^ 0x5348524e4b2d6b79ull;
+    key ^= (uint64_t)(seq + 1) * 0x9e3779b97f4a7c15ull;
+    key = (key ^ key >> 31) * 0xbf58476d1ce4e5b9ull;
+    key ^= key >> 29;
+    if (!key) key = 1;
+    int size = c->nranks - __builtin_popcountll(x), me = __builtin_popcountll(~x & ((1ull << c->rank) - 1));
+    int host = __builtin_ctzll(~x), all_here = 1, host_here = here(c->key, host) != NULL;
+    for (int r = 0; r < c->nranks; r++)
+        if (!(x >> r & 1) && !here(c->key, r)) all_here = 0;
+    pthread_mutex_unlock(&g);
+    netaddr at;
+    memset(&at, 0, sizeof at);
+    at.family = 1;
+    memcpy(at.addr, &key, 8);
+    if (!host_here) return remote_join(nc, c, &at, key, size, me, "ncclCommShrink");
+    if (c->rank == host && !all_here) { /* the ranks of other processes join here */
+        int lfd = listen_on(&at);
+        if (lfd < 0) return fail(ncclSystemError, "ncclCommShrink: cannot listen for the staying ranks: %s", strerror(errno));
+        host_clique(lfd, key, size, nc);
+    }
+    return join(nc, key, size, me, "ncclCommShrink");
+}
+
 static ncclResult_t shrink_run(deriver* d) {
     comm *c = d->parent, *nc = d->nc;
     pthread_mutex_lock(&g);
@@ -2786,6 +2957,7 @@ static ncclResult_t shrink_run(deriver* d) {
     while (c->pending && !c->aborted && !nc->aborted) pthread_cond_wait(&gc, &g);
     c->halted = 0;
     pthread_mutex_unlock(&g);
+    if (!one_process(c)) return shrink_spread(d);
     int me;
     uint64_t key;
     int size = shrink_meet(c, nc, d->excluded, &me, &key);
@@ -2817,24 +2989,59 @@ static void grow_done(uint64_t key) {
     growid* gi = find_growid(key);
     if (gi) {
         gi->consumed = 1;
-        if (gi->parent->grow_key == key) gi->parent->grow_key = 0;
+        if (gi->parent && gi->parent->grow_key == key) gi->parent->grow_key = 0;
     }
     pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
 }
 
+/* grow_take waits (g held) for the grow id of c's clique, which lives in this
+ * process, and takes its key (0: given up), where the grown clique is and in
+ * which process. Once every rank of a clique spread over processes has taken
+ * it, the id is no longer outstanding there. */
+static uint64_t grow_take(comm* c, comm* nc, netaddr* at, uint32_t* pid) {
+    clique* q = c->c;
+    while (!q->grow_key && !c->aborted && !(nc && nc->aborted)) pthread_cond_wait(&gc, &g);
+    if (c->aborted || (nc && nc->aborted)) return 0;
+    uint64_t key = q->grow_key;
+    *at = q->grow_at;
+    *pid = q->grow_pid;
+    if (q->nproxies && ++q->grow_taken == q->nranks) q->grow_key = 0;
+    return key;
+}
+
 /* grow_existing: an existing rank waits for its communicator's grow id (as
- * NCCL's boundary ranks wait for the root's broadcast of it) and joins the
- * new clique under its own rank. */
+ * NCCL's boundary ranks wait for the root's broadcast of it: a rank of
+ * another process's clique asks its hub) and joins the new clique under its
+ * own rank, here or in the process that made the id. */
 static ncclResult_t grow_existing(deriver* d) {
     comm *c = d->parent, *nc = d->nc;
-    clique* q = c->c;
-    pthread_mutex_lock(&g);
-    while (!q->grow_key && !c->aborted && !nc->aborted) pthread_cond_wait(&gc, &g);
-    uint64_t key = c->aborted || nc->aborted ? 0 : q->grow_key;
-    pthread_mutex_unlock(&g);
+    uint64_t key = 0;
+    netaddr at;
+    uint32_t pid = 0;
+    memset(&at, 0, sizeof at);
+    if (!c->remote) {
+        pthread_mutex_lock(&g);
+        key = grow_take(c, nc, &at, &pid);
+        pthread_mutex_unlock(&g);
+    } else {
+        wbuf b = {0};
+        wb_start(&b, M_GROWGET);
+        char* p = NULL;
+        rbuf r;
+        int st = rpc(c, nc, &b, &p, &r);
+        free(b.p);
+        if (!st) {
+            key = rb_u64(&r);
+            rb_addr(&r, &at);
+            pid = (uint32_t)rb_i32(&r);
+            if (r.bad) key = 0;
+        }
+        free(p);
+    }
     if (!key) return fail(ncclInternalError, "ncclCommGrow: the grow was given up");
     if (d->has_id && d->idkey != key) return fail(ncclInvalidArgument, "ncclCommGrow: uniqueId is not this communicator's grow id");
+    if (pid != (uint32_t)getpid()) return remote_join_as(nc, c, &at, key, d->nranks, c->rank, 2, "ncclCommGrow");
     ncclResult_t r = join(nc, key, d->nranks, c->rank, "ncclCommGrow");
     if (r == ncclSuccess) grow_done(key);
     return r;
@@ -2899,7 +3106,6 @@ API ncclResult_t ncclCommShrink(comm* c, int* excl, int nexcl, comm** out, const
     }
     if (excluded >> c->rank & 1)
         return fail(ncclInvalidArgument, "%s: rank %d is in excludeRanksList: excluded ranks must not call ncclCommShrink", fn, c->rank);
-    if (!one_process(c)) return fail(ncclInvalidUsage, "%s: the fake models shrink only within one process", fn);
     comm* nc;
     if ((r = new_child(c, cfg, fn, &nc))) return r;
     deriver d = {.parent = c, .nc = nc, .out = out, .excluded = excluded, .flags = flags};
@@ -2925,13 +3131,16 @@ API ncclResult_t ncclCommRevoke(comm* c, int flags) {
     ncclResult_t r = live(c, fn);
     if (r) return r;
     if (flags != 0) return fail(ncclInvalidArgument, "%s: revokeFlags must be NCCL_REVOKE_DEFAULT (0), not %d", fn, flags);
-    if (!one_process(c)) return fail(ncclInvalidUsage, "%s: the fake models revoke only within one process", fn);
     pthread_mutex_lock(&g);
     if (c->revoked) {
         pthread_mutex_unlock(&g);
         return fail(ncclInvalidArgument, "%s: communicator already revoked", fn);
     }
     c->revoked = 1;
+    /* A rank of another process's clique lets its connection go: its request
+     * in flight gives up at once (the hub may be dead), and the hub, seeing it
+     * closed, stops the rank's proxy there. Only shrink and destroy follow. */
+    if (c->remote) give_up(c);
     pthread_cond_broadcast(&gc);
     if (c->blocking) { /* quiescent when the call returns */
         while (c->pending) pthread_cond_wait(&gc, &g);
@@ -2946,42 +3155,101 @@ API ncclResult_t ncclCommRevoke(comm* c, int flags) {
     return ncclInProgress;
 }
 
+static const char* grow_revoked_text = "the communicator was revoked: its connection to its hub was given up";
+
+/* grow_publish makes key the grow id of clique q, joined at (at, pid) (g held). */
+static ncclResult_t grow_publish(clique* q, uint64_t key, const netaddr* at, uint32_t pid) {
+    if (q->grow_key)
+        return fail(ncclInvalidUsage, "ncclCommGetUniqueId: a grow id is outstanding: ncclCommGrow must consume it first");
+    q->grow_key = key;
+    q->grow_at = *at;
+    q->grow_pid = pid;
+    q->grow_taken = 0;
+    pthread_cond_broadcast(&gc);
+    return ncclSuccess;
+}
+
 API ncclResult_t ncclCommGetUniqueId(comm* c, ncclUniqueId* id) {
     const char* fn = "ncclCommGetUniqueId";
     ncclResult_t r = live(c, fn);
     if (r) return r;
     if (!id) return fail(ncclInvalidArgument, "%s: uniqueId is NULL", fn);
-    if (!one_process(c)) return fail(ncclInvalidUsage, "%s: the fake models grow only within one process", fn);
-    pthread_mutex_lock(&g);
-    if (c->c->grow_key) {
-        pthread_mutex_unlock(&g);
-        return fail(ncclInvalidUsage, "%s: a grow id is outstanding: ncclCommGrow must consume it first", fn);
-    }
-    growid* gi = calloc(1, sizeof *gi);
-    *gi = (growid){new_key(), c->nranks, 0, c->c, growids};
-    growids = gi;
-    c->c->grow_key = gi->key;
-    pthread_cond_broadcast(&gc);
-    pthread_mutex_unlock(&g);
+    if (c->remote && (c->revoked || c->broken)) return fail(ncclInvalidUsage, "%s: %s", fn, grow_revoked_text);
     idinfo d;
     memset(&d, 0, sizeof d);
-    d.key = gi->key;
+    /* The grown clique lives in this process; ranks of other processes join
+     * it here: the id carries this process's root, as ncclGetUniqueId's does. */
+    if (ensure_root(&d.at)) return fail(ncclSystemError, "%s: cannot listen for the new ranks: %s", fn, strerror(errno));
     d.pid = (uint32_t)getpid();
+    d.grow = 1;
+    pthread_mutex_lock(&g);
+    d.key = new_key();
+    if (!c->remote && (r = grow_publish(c->c, d.key, &d.at, d.pid))) {
+        pthread_mutex_unlock(&g);
+        return r;
+    }
+    growid* gi = calloc(1, sizeof *gi);
+    *gi = (growid){d.key, c->nranks, 0, c->remote ? NULL : c->c, growids};
+    growids = gi;
+    pthread_mutex_unlock(&g);
+    if (c->remote) { /* the clique is at the hub: the id is published there, for the ranks that pass NULL */
+        wbuf b = {0};
+        wb_start(&b, M_GROWID);
+        wb_u64(&b, d.key);
+        wb_addr(&b, &d.at);
+        wb_i32(&b, (int32_t)d.pid);
+        char* p = NULL;
+        rbuf rr;
+        int st = rpc(c, NULL, &b, &p, &rr);
+        free(b.p);
+        r = st ? ncclInternalError : rb_i32(&rr);
+        char text[1024] = "the hub did not answer";
+        if (!st) rb_str(&rr, text, sizeof text);
+        free(p);
+        if (r) {
+            grow_done(d.key); /* not to be used */
+            return fail(r, "%s", text);
+        }
+    }
     fill_id(id, &d);
     return ncclSuccess;
 }
 
+/* grow_check is what the process that made a grow id checks of a new rank
+ * joining with it. */
+static ncclResult_t grow_check(uint64_t key, int nranks, int rank, int existing) {
+    const char* fn = "ncclCommGrow";
+    pthread_mutex_lock(&g);
+    growid* gi = find_growid(key);
+    int from = gi ? gi->from : 0, consumed = gi ? gi->consumed : 0;
+    pthread_mutex_unlock(&g);
+    if (!gi) return fail(ncclInvalidArgument, "%s: uniqueId was not made by ncclCommGetUniqueId", fn);
+    if (consumed) return fail(ncclInvalidUsage, "%s: uniqueId was already consumed by a grow", fn);
+    if (nranks <= from) return fail(ncclInvalidArgument, "%s: total ranks %d must exceed the current %d ranks", fn, nranks, from);
+    if (!existing && rank < from) return fail(ncclInvalidArgument, "%s: rank %d belongs to an existing rank: new ranks are %d..%d", fn, rank, from, nranks - 1);
+    if (existing && rank >= from) return fail(ncclInternalError, "%s: existing rank %d of %d", fn, rank, from);
+    return ncclSuccess;
+}
+
+/* grow_join joins a new rank to the grown clique: here, or at the hub of the
+ * process that made the id. */
+static ncclResult_t grow_join(comm* nc, const idinfo* d, int nranks, int rank) {
+    if (d->pid != (uint32_t)getpid()) return remote_join_as(nc, NULL, &d->at, d->key, nranks, rank, 1, "ncclCommGrow");
+    ncclResult_t r = join(nc, d->key, nranks, rank, "ncclCommGrow");
+    if (r == ncclSuccess) grow_done(d->key);
+    return r;
+}
+
 typedef struct grower {
     comm* nc;
-    uint64_t key;
+    idinfo d;
     int nranks, rank;
 } grower;
 
 static void* grow_join_later(void* p) {
     name_thread("fakenccl-grow");
     grower* gr = p;
-    ncclResult_t r = join(gr->nc, gr->key, gr->nranks, gr->rank, "ncclCommGrow");
-    if (r == ncclSuccess) grow_done(gr->key);
+    ncclResult_t r = grow_join(gr->nc, &gr->d, gr->nranks, gr->rank);
     pthread_mutex_lock(&g);
     if (r && !gr->nc->aborted && gr->nc->async == ncclInProgress) set_async(gr->nc, r);
     pthread_cond_broadcast(&gc);
@@ -2998,30 +3266,23 @@ static ncclResult_t grow_new(comm** out, int nranks, const ncclUniqueId* id, int
     if (rank >= nranks) return fail(ncclInvalidArgument, "%s: new rank %d exceeds total ranks %d", fn, rank, nranks);
     idinfo d;
     if (check_id(id, fn, &d)) return ncclInvalidArgument;
-    pthread_mutex_lock(&g);
-    growid* gi = find_growid(d.key);
-    int from = gi ? gi->from : 0, consumed = gi ? gi->consumed : 0;
-    pthread_mutex_unlock(&g);
-    if (!gi && d.pid != (uint32_t)getpid()) return fail(ncclInvalidUsage, "%s: the fake models grow only within one process", fn);
-    if (!gi) return fail(ncclInvalidArgument, "%s: uniqueId was not made by ncclCommGetUniqueId", fn);
-    if (consumed) return fail(ncclInvalidUsage, "%s: uniqueId was already consumed by a grow", fn);
-    if (nranks <= from) return fail(ncclInvalidArgument, "%s: total ranks %d must exceed the current %d ranks", fn, nranks, from);
-    if (rank < from) return fail(ncclInvalidArgument, "%s: rank %d belongs to an existing rank: new ranks are %d..%d", fn, rank, from, nranks - 1);
+    ncclResult_t r;
+    if (!d.grow) return fail(ncclInvalidArgument, "%s: uniqueId was not made by ncclCommGetUniqueId", fn);
+    /* An id of another process is checked there, when this rank joins. */
+    if (d.pid == (uint32_t)getpid() && (r = grow_check(d.key, nranks, rank, 0))) return r;
     comm* nc = new_comm(fakecuda_current_device());
-    ncclResult_t r = read_config(nc, cfg, fn);
-    if (r) return r;
+    if ((r = read_config(nc, cfg, fn))) return r;
     *out = nc;
     if (!nc->blocking) {
         nc->async = ncclInProgress;
         grower* gr = malloc(sizeof *gr);
-        *gr = (grower){nc, d.key, nranks, rank};
+        *gr = (grower){nc, d, nranks, rank};
         pthread_t th;
         pthread_create(&th, NULL, grow_join_later, gr);
         pthread_detach(th);
         return ncclInProgress;
     }
-    if ((r = join(nc, d.key, nranks, rank, fn)) == ncclSuccess) grow_done(d.key);
-    return r;
+    return grow_join(nc, &d, nranks, rank);
 }
 
 API ncclResult_t ncclCommGrow(comm* c, int nranks, const ncclUniqueId* id, int rank, comm** out, const void* cfg) {
@@ -3034,7 +3295,7 @@ API ncclResult_t ncclCommGrow(comm* c, int nranks, const ncclUniqueId* id, int r
     if (r) return r;
     if (nranks <= c->nranks) return fail(ncclInvalidArgument, "%s: total ranks %d must exceed the current %d ranks", fn, nranks, c->nranks);
     if (rank != -1) return fail(ncclInvalidArgument, "%s: existing ranks must pass rank=-1, got %d", fn, rank);
-    if (!one_process(c)) return fail(ncclInvalidUsage, "%s: the fake models grow only within one process", fn);
+    if (c->remote && (c->revoked || c->broken)) return fail(ncclInvalidUsage, "%s: %s", fn, grow_revoked_text);
     deriver d = {.parent = c, .out = out, .grow = 1, .nranks = nranks};
     if (id) {
         idinfo info;
@@ -3056,18 +3317,42 @@ API ncclResult_t ncclCommGrow(comm* c, int nranks, const ncclUniqueId* id, int r
  * of the same collective registration), then run on the stream: a put copies
  * the bytes into the peer's window at the offset and counts a signal at the
  * peer; a wait blocks its stream until the descriptors' signals have arrived
- * and consumes them. Within one process only; calls in a group run at once.
- * Captured into a CUDA graph, each launch runs a copy (rma_clone), as the
- * collectives' do. */
+ * and consumes them. Calls in a group run at once. Captured into a CUDA
+ * graph, each launch runs a copy (rma_clone), as the collectives' do.
+ *
+ * Across processes the bytes go through the hub. A remote rank's put or
+ * signal is a request to its hub (in launch order on its connection), which
+ * delivers it: into the window of a peer that lives at the hub, or into the
+ * mailbox of a remote peer's proxy. A hub rank's put to a remote peer goes
+ * into that mailbox directly. A remote rank's wait is a request that waits at
+ * its proxy for the signals, and its answer brings the mailbox's puts, which
+ * land in this rank's windows (matched by their registration number) before
+ * the wait completes: a put's bytes are visible once its signal was waited
+ * for, as NCCL promises, not earlier. The peer's window is not seen from
+ * another process: a put is checked against the caller's window of the same
+ * registration (symmetric windows have one size on every rank). */
 
 #if HAS_230
 typedef struct waitdesc {
     int opCnt, peer, sigIdx, ctx;
 } waitdesc;
 
+/* A put for a rank of another process, kept at the hub by its proxy: the
+ * window's registration number, where in it, the bytes. */
+typedef struct rput {
+    long seq;
+    size_t off, n;
+    char* data;
+    struct rput* next;
+} rput;
+
 typedef struct rma_task {
-    comm *c, *peer_comm;
+    comm *c, *peer_comm; /* peer_comm: NULL for a remote rank's put or signal (the hub finds the peer) */
     int kind; /* 0 put, 1 signal, 2 wait */
+    int peer;
+    long wseq;   /* the registration number of the peer's window */
+    size_t off;  /* where in it */
+    long ticket; /* a remote rank's: its turn on the connection */
     const char* src;
     char* dst;
     size_t bytes;
@@ -3075,10 +3360,95 @@ typedef struct rma_task {
     waitdesc* descs;
 } rma_task;
 
+/* deposit delivers a put's bytes (none for a signal) from rank from to the
+ * peer tc, and counts the signal there (g held): into tc's window when tc
+ * lives in this process, into its mailbox when it is the proxy of a rank of
+ * another process (its ncclWaitSignal takes them). */
+static void deposit(comm* tc, int from, long wseq, size_t off, const char* data, size_t n) {
+    if (tc->magic != COMM_MAGIC || from < 0 || from >= MAXR) return;
+    if (n && tc->proxy) {
+        rput* m = malloc(sizeof *m);
+        *m = (rput){wseq, off, n, malloc(n), NULL};
+        memcpy(m->data, data, n);
+        rput** tail = &tc->rputs;
+        while (*tail) tail = &(*tail)->next;
+        *tail = m;
+    } else if (n) {
+        window* w = tc->windows;
+        while (w && !((w->flags & 1) && w->seq == wseq)) w = w->next;
+        if (w && off <= w->size && n <= w->size - off) memcpy(w->base + off, data, n);
+    }
+    tc->sig_recv[from]++;
+    pthread_cond_broadcast(&gc);
+}
+
+/* remote_rma runs a remote rank's put, signal or wait at its hub. A wait's
+ * answer brings the puts made to this rank since the last one, which land in
+ * its windows before the wait completes: across processes a put's bytes are
+ * visible once the signal that came with them is waited for, as NCCL
+ * promises, not before. */
+static void remote_rma(rma_task* t) {
+    comm* c = t->c;
+    wbuf b = {0};
+    if (t->kind == 2) {
+        wb_start(&b, M_WAITSIG);
+        wb_i32(&b, t->ndesc);
+        for (int i = 0; i < t->ndesc; i++) {
+            wb_i32(&b, t->descs[i].opCnt);
+            wb_i32(&b, t->descs[i].peer);
+        }
+    } else {
+        wb_start(&b, M_PUT);
+        wb_i32(&b, t->peer);
+        wb_i64(&b, t->kind == 0 ? t->wseq : -1);
+        wb_u64(&b, t->off);
+        wb_u64(&b, t->bytes);
+        wb_put(&b, t->src, t->bytes);
+    }
+    char* p = NULL;
+    rbuf r;
+    int st = rpc(c, NULL, &b, &p, &r);
+    free(b.p);
+    if (st) return; /* stopped */
+    ncclResult_t res = rb_i32(&r);
+    char why[1024];
+    rb_str(&r, why, sizeof why);
+    if (t->kind == 2 && !res) {
+        int n = rb_i32(&r);
+        pthread_mutex_lock(&g);
+        for (int i = 0; i < n && !r.bad; i++) {
+            long seq = (long)rb_i64(&r);
+            size_t off = rb_u64(&r), k = rb_u64(&r);
+            const char* bytes = rb_take(&r, k);
+            window* w = c->windows;
+            while (w && !((w->flags & 1) && w->seq == seq)) w = w->next;
+            if (bytes && w && off <= w->size && k <= w->size - off) memcpy(w->base + off, bytes, k);
+        }
+        pthread_mutex_unlock(&g);
+    }
+    if (res) {
+        fail(res, "%s", why);
+        pthread_mutex_lock(&g);
+        set_sticky(c, res);
+        pthread_mutex_unlock(&g);
+    }
+    free(p);
+}
+
 static void rma_run(void* p) {
     rma_task* t = p;
     comm* c = t->c;
-    if (t->kind == 2) {
+    if (c->remote) { /* its turn on the connection, in launch order */
+        pthread_mutex_lock(&g);
+        while (c->ticket_serving != t->ticket && !rstopped(c)) pthread_cond_wait(&gc, &g);
+        pthread_mutex_unlock(&g);
+        if (!rstopped(c)) remote_rma(t);
+        pthread_mutex_lock(&g);
+        if (c->ticket_serving == t->ticket) c->ticket_serving++;
+    } else if (t->kind != 2 && t->peer_comm->proxy) { /* the peer is a rank of another process */
+        pthread_mutex_lock(&g);
+        if (!stopped(c)) deposit(t->peer_comm, c->rank, t->wseq, t->off, t->src, t->kind == 0 ? t->bytes : 0);
+    } else if (t->kind == 2) {
         pthread_mutex_lock(&g);
         for (int i = 0; i < t->ndesc; i++) {
             waitdesc* d = &t->descs[i];
@@ -3086,7 +3456,6 @@ static void rma_run(void* p) {
             if (stopped(c)) break;
             c->sig_taken[d->peer] += d->opCnt;
         }
-        pthread_mutex_unlock(&g);
     } else {
         pthread_mutex_lock(&g);
         int stop = stopped(c) || t->peer_comm->magic != COMM_MAGIC;
@@ -3094,9 +3463,7 @@ static void rma_run(void* p) {
         if (!stop && t->bytes) memcpy(t->dst, t->src, t->bytes);
         pthread_mutex_lock(&g);
         if (!stop) t->peer_comm->sig_recv[c->rank]++;
-        pthread_mutex_unlock(&g);
     }
-    pthread_mutex_lock(&g);
     c->pending--;
     pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
@@ -3109,8 +3476,8 @@ static ncclResult_t rma_check(comm* c, const char* fn, int peer, int sigIdx, int
     ncclResult_t r = live(c, fn);
     if (r) return r;
     if (c->revoked) return fail(ncclInvalidUsage, "%s: communicator was revoked", fn);
+    if (c->broken) return fail(ncclInvalidUsage, "%s: %s", fn, broken_text);
     if (c->suspended) return fail(ncclInvalidUsage, "%s: communicator is suspended", fn);
-    if (!one_process(c)) return fail(ncclInvalidUsage, "%s: the fake models one-sided RMA only within one process", fn);
     if (peer < 0 || peer >= c->nranks) return fail(ncclInvalidArgument, "%s: invalid peer %d (peer should be in the 0..%d range)", fn, peer, c->nranks - 1);
     if (ctx != 0) return fail(ncclInvalidArgument, "Context %d is invalid (must be 0)", ctx);
     if (sigIdx != 0) return fail(ncclInvalidArgument, "Signal index %d is invalid (must be 0)", sigIdx);
@@ -3131,6 +3498,7 @@ static void* rma_clone(void* p) {
     }
     pthread_mutex_lock(&g);
     c->pending++;
+    if (c->remote) k->ticket = c->ticket_next++;
     pthread_mutex_unlock(&g);
     return k;
 }
@@ -3160,10 +3528,12 @@ static ncclResult_t rma_submit(rma_task* t, void* stream, const char* fn) {
     } else if (e == 0) {
         pthread_mutex_lock(&g);
         c->pending++;
+        if (c->remote) t->ticket = c->ticket_next++;
         pthread_mutex_unlock(&g);
         if (!(e = fakecuda_stream_enqueue(stream, c->dev, rma_run, t))) return ncclSuccess;
         pthread_mutex_lock(&g);
         c->pending--;
+        if (c->remote) c->ticket_next--;
         pthread_mutex_unlock(&g);
     }
     free(t->descs);
@@ -3192,20 +3562,25 @@ static ncclResult_t put_signal(const void* src, size_t count, int type, int peer
     window* mine = find_window(c, pw);
     window* sw = c->windows;
     while (sw && !((sw->flags & 1) && (const char*)src >= sw->base && (const char*)src + bytes <= sw->base + sw->size)) sw = sw->next;
-    comm* pc = c->c->comm[peer];
+    comm* pc = c->remote ? NULL : c->c->comm[peer];
+    /* far: the peer lives in another process. Its window is not seen from
+     * here; a symmetric registration has the same size on every rank. */
+    int far = c->remote || (pc && pc->proxy);
     window* theirs = NULL;
-    if (mine && (mine->flags & 1) && pc)
+    if (mine && (mine->flags & 1) && pc && !far)
         for (theirs = pc->windows; theirs && theirs->seq != mine->seq; theirs = theirs->next) {
         }
     pthread_mutex_unlock(&g);
     if (!mine) return fail(ncclInvalidArgument, "ncclPutSignal: peerWin %p is not a window of this communicator", (void*)pw);
     if (!(mine->flags & 1)) return fail(ncclInvalidArgument, "ncclPutSignal: peerWin is not a symmetric window");
     if (!sw) return fail(ncclInvalidArgument, "ncclPutSignal: srcWinHost is not in a valid symmetric window");
-    if (!theirs) return fail(ncclInvalidUsage, "ncclPutSignal: peer %d has no window of that registration", peer);
-    if (off > theirs->size || bytes > theirs->size - off)
-        return fail(ncclInvalidArgument, "ncclPutSignal: %zu bytes at offset %zu overrun the peer's window of %zu bytes", bytes, off, theirs->size);
+    if (!far && !theirs) return fail(ncclInvalidUsage, "ncclPutSignal: peer %d has no window of that registration", peer);
+    size_t wsize = far ? mine->size : theirs->size;
+    if (off > wsize || bytes > wsize - off)
+        return fail(ncclInvalidArgument, "ncclPutSignal: %zu bytes at offset %zu overrun the peer's window of %zu bytes", bytes, off, wsize);
     rma_task* t = calloc(1, sizeof *t);
-    *t = (rma_task){.c = c, .peer_comm = pc, .kind = 0, .src = src, .dst = theirs->base + off, .bytes = bytes};
+    *t = (rma_task){.c = c, .peer_comm = pc, .kind = 0, .peer = peer, .wseq = mine->seq, .off = off, .src = src,
+                    .dst = far ? NULL : theirs->base + off, .bytes = bytes};
     return rma_submit(t, stream, fn);
 }
 
@@ -3220,8 +3595,8 @@ API ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned flags, comm*
     ncclResult_t r = rma_check(c, "ncclSignal", peer, sigIdx, ctx, flags);
     if (r) return group_err(r);
     rma_task* t = calloc(1, sizeof *t);
-    *t = (rma_task){.c = c, .peer_comm = c->c->comm[peer], .kind = 1};
-    if (!t->peer_comm) {
+    *t = (rma_task){.c = c, .peer_comm = c->remote ? NULL : c->c->comm[peer], .kind = 1, .peer = peer, .wseq = -1};
+    if (!t->peer_comm && !c->remote) {
         free(t);
         return group_err(fail(ncclInvalidUsage, "ncclSignal: peer %d has not joined", peer));
     }
@@ -3483,6 +3858,7 @@ static ncclResult_t alltoallv_checked(const void* send, const size_t* sc, const 
     ncclResult_t r = live(c, fn);
     if (r) return r;
     if (c->revoked) return fail(ncclInvalidUsage, "%s : communicator was revoked", fn);
+    if (c->broken) return fail(ncclInvalidUsage, "%s : %s", fn, broken_text);
     if (c->suspended) return fail(ncclInvalidUsage, "%s : communicator is suspended", fn);
     if (type < 0 || type >= NUM_TYPES) return fail(ncclInvalidArgument, "%s : invalid type %d", fn, type);
     if (!relay && relaycount) return fail(ncclInvalidArgument, "%s : relaycount %zu without a relay buffer", fn, relaycount);
@@ -3549,6 +3925,16 @@ typedef struct conn {
     task* t;                     /* the request's tasks, for after */
 } conn;
 
+#if HAS_230
+static ncclResult_t grow_check(uint64_t key, int nranks, int rank, int existing);
+static ncclResult_t grow_publish(clique* q, uint64_t key, const netaddr* at, uint32_t pid);
+static void grow_done(uint64_t key);
+#else
+static ncclResult_t grow_check(uint64_t key, int nranks, int rank, int existing) {
+    return fail(ncclInvalidArgument, "ncclCommGrow: not in this NCCL");
+}
+#endif
+
 /* after_join: the hub's own ranks may return from their init. */
 static void after_join(conn* k) {
     pthread_mutex_lock(&g);
@@ -3600,12 +3986,16 @@ static void reply_status(conn* k, ncclResult_t r, const char* text) {
 
 static void serve_join(conn* k, rbuf* in) {
     uint64_t key = rb_u64(in);
-    int nranks = rb_i32(in), rank = rb_i32(in), at_init = rb_i32(in);
+    int nranks = rb_i32(in), rank = rb_i32(in), at_init = rb_i32(in), grow = rb_i32(in);
     ncclResult_t r;
     if (in->bad) r = fail(ncclInternalError, "ncclCommInitRank: bad request");
     else if (nranks < 1 || nranks > MAXR || rank < 0 || rank >= nranks)
         r = fail(ncclInvalidArgument, "ncclCommInitRank: rank %d of %d", rank, nranks);
-    else r = join(k->proxy, key, nranks, rank, "ncclCommInitRank");
+    else if (grow && (r = grow_check(key, nranks, rank, grow == 2))) {
+    } else r = join(k->proxy, key, nranks, rank, grow ? "ncclCommGrow" : "ncclCommInitRank");
+#if HAS_230
+    if (grow && r == ncclSuccess) grow_done(key);
+#endif
     reply_status(k, r, my_error);
     if (k->proxy->c) k->after = after_join; /* it is a member (it may have been aborted since): it counts */
     if (!r && at_init) {
@@ -3752,6 +4142,95 @@ static void serve_win(conn* k) {
     reply_status(k, st ? ncclInternalError : ncclSuccess, "aborted");
     if (!st) k->after = after_win;
 }
+#endif
+
+#if HAS_230
+/* serve_put: a remote rank's put or signal reaches its peer here, in the
+ * peer's window or, for a rank of another process, its proxy's mailbox. */
+static void serve_put(conn* k, rbuf* in) {
+    comm* c = k->proxy;
+    int peer = rb_i32(in);
+    long seq = (long)rb_i64(in);
+    size_t off = rb_u64(in), n = rb_u64(in);
+    const char* data = rb_take(in, n);
+    if (in->bad || peer < 0 || peer >= c->nranks) {
+        reply_status(k, fail(ncclInternalError, "fakenccl hub: bad put request"), my_error);
+        return;
+    }
+    pthread_mutex_lock(&g);
+    comm* tc = c->c->comm[peer];
+    if (tc && !stopped(c)) deposit(tc, c->rank, seq, off, data, n);
+    pthread_mutex_unlock(&g);
+    reply_status(k, ncclSuccess, "");
+}
+
+/* serve_growid: a remote rank made a grow id; its clique here publishes it. */
+static void serve_growid(conn* k, rbuf* in) {
+    uint64_t key = rb_u64(in);
+    netaddr at;
+    rb_addr(in, &at);
+    uint32_t pid = (uint32_t)rb_i32(in);
+    ncclResult_t r;
+    if (in->bad) r = fail(ncclInternalError, "fakenccl hub: bad grow id request");
+    else {
+        pthread_mutex_lock(&g);
+        r = grow_publish(k->proxy->c, key, &at, pid);
+        pthread_mutex_unlock(&g);
+    }
+    reply_status(k, r, my_error);
+}
+
+/* serve_growget: a remote rank's ncclCommGrow waits here for its clique's
+ * grow id, and learns where the grown clique is. */
+static void serve_growget(conn* k) {
+    netaddr at;
+    memset(&at, 0, sizeof at);
+    uint32_t pid = 0;
+    pthread_mutex_lock(&g);
+    uint64_t key = grow_take(k->proxy, NULL, &at, &pid);
+    pthread_mutex_unlock(&g);
+    wb_start(&k->reply, M_REPLY);
+    wb_u64(&k->reply, key);
+    wb_addr(&k->reply, &at);
+    wb_i32(&k->reply, (int32_t)pid);
+}
+
+/* serve_waitsig: a remote rank's wait, on its proxy's signal counts; the
+ * answer carries the puts its mailbox holds. */
+static void serve_waitsig(conn* k, rbuf* in) {
+    comm* c = k->proxy;
+    int nd = rb_i32(in);
+    if (in->bad || nd < 0 || nd > 1 << 20) {
+        reply_status(k, fail(ncclInternalError, "fakenccl hub: bad wait request"), my_error);
+        return;
+    }
+    pthread_mutex_lock(&g);
+    for (int i = 0; i < nd && !in->bad; i++) {
+        int cnt = rb_i32(in), peer = rb_i32(in);
+        if (in->bad || peer < 0 || peer >= c->nranks) break;
+        while (c->sig_recv[peer] - c->sig_taken[peer] < cnt && !stopped(c)) pthread_cond_wait(&gc, &g);
+        if (stopped(c)) break;
+        c->sig_taken[peer] += cnt;
+    }
+    int stop = stopped(c);
+    rput* list = stop ? NULL : c->rputs;
+    if (!stop) c->rputs = NULL;
+    pthread_mutex_unlock(&g);
+    reply_status(k, stop ? ncclInternalError : ncclSuccess, "aborted");
+    int n = 0;
+    for (rput* m = list; m; m = m->next) n++;
+    wb_i32(&k->reply, n);
+    while (list) {
+        rput* m = list;
+        list = m->next;
+        wb_i64(&k->reply, m->seq);
+        wb_u64(&k->reply, m->off);
+        wb_u64(&k->reply, m->n);
+        wb_put(&k->reply, m->data, m->n);
+        free(m->data);
+        free(m);
+    }
+}
 
 #endif
 
@@ -3773,6 +4252,12 @@ static void* serve_request(void* p) {
 #if HAS_228
     case M_SPLIT: serve_split(k, &in); break;
     case M_WIN: serve_win(k); break;
+#endif
+#if HAS_230
+    case M_PUT: serve_put(k, &in); break;
+    case M_WAITSIG: serve_waitsig(k, &in); break;
+    case M_GROWID: serve_growid(k, &in); break;
+    case M_GROWGET: serve_growget(k); break;
 #endif
     default: reply_status(k, fail(ncclInternalError, "fakenccl hub: unknown request %u", k->type), my_error);
     }

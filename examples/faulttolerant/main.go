@@ -62,7 +62,7 @@ func main() {
 		// Say at once if this NCCL is too old, before starting any rank.
 		var lib *nccl.Library
 		if lib, err = nccl.Open(); err == nil {
-			err = lib.Require("ncclCommRevoke", "ncclCommShrink", "ncclCommGrow")
+			err = lib.Require("ncclCommRevoke", "ncclCommShrink", "ncclCommGetUniqueId", "ncclCommGrow")
 		}
 		if err == nil {
 			err = orchestrate()
@@ -173,7 +173,7 @@ func rankMain(lf *launch.Flags) error {
 	if err != nil {
 		return err
 	}
-	if err := lib.Require("ncclCommRevoke", "ncclCommShrink", "ncclCommGrow"); err != nil {
+	if err := lib.Require("ncclCommRevoke", "ncclCommShrink", "ncclCommGetUniqueId", "ncclCommGrow"); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -219,7 +219,11 @@ func rankMain(lf *launch.Flags) error {
 			t.step++
 			continue
 		}
-		if t.rank != 0 || *role != "rank" {
+		// Only rank 0 recovers, and only from a peer that stopped answering
+		// (the deadline, a revoke) or that NCCL saw fail.
+		peerGone := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nccl.ErrRevoked) ||
+			errors.Is(err, nccl.ErrRemote) || errors.Is(err, nccl.ErrSystem)
+		if t.rank != 0 || *role != "rank" || !peerGone {
 			return err
 		}
 		// Rank 1 is gone: shrink it away, go on alone, then grow back.
@@ -233,7 +237,9 @@ func rankMain(lf *launch.Flags) error {
 		if serr != nil {
 			return fmt.Errorf("%v; shrink: %w", err, serr)
 		}
-		comm.Close(ctx) // revoked: destroyed without finalizing
+		if cerr := comm.Close(ctx); cerr != nil { // revoked: destroyed without finalizing
+			return fmt.Errorf("closing the revoked communicator: %w", cerr)
+		}
 		fmt.Printf("faulttolerant: rank 0 saw the failure at step %d (%v), shrank to %d rank in %v\n",
 			t.step, err, solo.Size(), time.Since(began).Round(time.Millisecond))
 		for end := min(t.step+*alone, *steps); t.step < end; t.step++ {
@@ -276,7 +282,9 @@ func (t *trainer) growBack(ctx context.Context, solo *nccl.Comm) (*nccl.Comm, er
 	if err != nil {
 		return nil, err
 	}
-	solo.Close(ctx)
+	if err := solo.Close(ctx); err != nil {
+		return nil, fmt.Errorf("closing the shrunk communicator: %w", err)
+	}
 	if err := grown.SetDeadlineAction(nccl.RevokeOnDeadline); err != nil {
 		return nil, err
 	}

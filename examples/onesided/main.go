@@ -153,6 +153,14 @@ func rank(ctx context.Context, lib *nccl.Library, id nccl.UniqueID, dev, n, r, s
 	if err := win.Memset(0); err != nil {
 		return "", err
 	}
+	// A barrier: no rank puts before every rank has zeroed its window, or a
+	// late Memset would wipe bytes that already landed.
+	if err := comm.AllReduce(out.Slice(0, 1), out.Slice(0, 1), nccl.Sum, s); err != nil {
+		return "", err
+	}
+	if err := comm.Wait(ctx, s); err != nil {
+		return "", err
+	}
 	next, prev := (r+1)%n, (r+n-1)%n
 	data, got := make([]byte, size), make([]byte, offset+size)
 	for turn := range n { // rank turn puts into rank turn+1, the others wait
