@@ -153,6 +153,15 @@ func TestRequire(t *testing.T) {
 	if !errors.As(err, &ue) || !errors.Is(err, nccl.ErrNotSupported) || ue.Name != "ncclPutSignal" || !strings.Contains(err.Error(), "requires >= 2.29.2") {
 		t.Errorf("2.28.3 Require(ncclPutSignal): %v", err)
 	}
+	// A fork that reports a new enough version without the function says so.
+	if l := open(t, "vccl11"); !l.Has("ncclPutSignal") {
+		err := l.Require("ncclPutSignal")
+		if !errors.Is(err, nccl.ErrNotSupported) || !strings.Contains(err.Error(), "(2.29.2; requires >= 2.29.2, which this build does not export)") {
+			t.Errorf("VCCL 2.29.2 Require(ncclPutSignal): %v", err)
+		}
+	} else {
+		t.Error("the vccl11 fake exports ncclPutSignal, which VCCL 2.29.2 lacks")
+	}
 	if err := open(t, "default").Require("ncclNoSuchThing"); !errors.Is(err, nccl.ErrInvalidArgument) {
 		t.Errorf("an unknown name: %v", err)
 	}

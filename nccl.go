@@ -277,6 +277,8 @@ func (l *Library) unsupported(sym int) error {
 	req := ">= " + shortVersion(s.since)
 	if s.vendor != "" {
 		req = s.vendor
+	} else if l.version.AtLeast(s.since) { // new enough, yet the build lacks it (a fork such as VCCL)
+		req += ", which this build does not export"
 	}
 	return &UnsupportedError{Name: s.name, Path: l.Path, Version: l.version, Requires: req}
 }
