@@ -3,6 +3,7 @@ package nccl
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"runtime"
 	"slices"
 	"sync"
@@ -67,6 +68,9 @@ type Comm struct {
 
 	keptMu sync.Mutex
 	kept   []*uintptr // where NCCL writes after a call returned (non-blocking Split, windows)
+
+	slots     [4]int32      // where ncclCommGetAsyncError writes, for concurrent polls
+	slotsBusy atomic.Uint32 // which slots are in use
 
 	graphs    atomic.Int32 // live Graphs holding its operations (see Graph)
 	graphMu   sync.Mutex
@@ -313,18 +317,35 @@ func (c *Comm) asyncResult(op string, closing bool) (abi.Result, error) {
 	if err != nil {
 		return 0, err
 	}
-	// NCCL writes the result through r: pooled heap memory, kept alive below,
-	// so that a poll allocates nothing (callPtr's escaping arguments would).
-	r := resultSlots.Get().(*int32)
+	// NCCL writes the result through r: one of the communicator's slots (heap
+	// memory, kept alive below), so that a poll allocates nothing, as
+	// callPtr's escaping arguments would.
+	r, bit := c.claimSlot()
 	err = c.lib.call(fnCommGetAsyncError, h, uintptr(unsafe.Pointer(r)))
 	runtime.KeepAlive(r)
 	c.exit()
 	res := abi.Result(*r)
-	resultSlots.Put(r)
+	if bit != 0 {
+		c.slotsBusy.And(^bit)
+	}
 	return res, err
 }
 
-var resultSlots = sync.Pool{New: func() any { return new(int32) }}
+// claimSlot takes a free result slot, or a new one (bit 0) when every slot
+// is in use by concurrent polls.
+func (c *Comm) claimSlot() (*int32, uint32) {
+	for {
+		m := c.slotsBusy.Load()
+		free := ^m & (1<<len(c.slots) - 1)
+		if free == 0 {
+			return new(int32), 0
+		}
+		bit := free & -free
+		if c.slotsBusy.CompareAndSwap(m, m|bit) {
+			return &c.slots[bits.TrailingZeros32(bit)], bit
+		}
+	}
+}
 
 func isClosed(err error) bool {
 	_, ok := err.(*ClosedError)
