@@ -46,6 +46,9 @@ func (c *Comm) Revoke(ctx context.Context) error {
 	err = c.lib.call(fnCommRevoke, h, abi.RevokeDefault)
 	c.exit()
 	if err != nil && !isInProgress(err) {
+		if !c.revoked.Load() {
+			c.revoking.Store(false) // nothing was revoked
+		}
 		return err
 	}
 	c.revoked.Store(true)

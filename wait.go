@@ -34,7 +34,7 @@ func (c *Comm) Wait(ctx context.Context, s Stream) error {
 		s = cu.DefaultStream(c.dev)
 	}
 	err := c.waitFor(ctx, op, func() (bool, error) {
-		if c.revoked.Load() { // the stream drains, but its work was stopped, not done
+		if c.revoking.Load() { // the stream drains, but its work was stopped, not done
 			return false, revokedError(op)
 		}
 		if err := c.AsyncError(); err != nil && !isInProgress(err) {
@@ -42,6 +42,9 @@ func (c *Comm) Wait(ctx context.Context, s Stream) error {
 		}
 		done, err := s.Query()
 		if done && err == nil {
+			if c.revoking.Load() { // a revoke that began meanwhile drained it
+				return false, revokedError(op)
+			}
 			// Work that failed and then finished between the two queries
 			// set the error before the stream went idle: look once more.
 			if err := c.AsyncError(); err != nil && !isInProgress(err) {

@@ -32,9 +32,6 @@
 #                 goroutines in one process (no -np form)
 #   captured      -np N, -gpus N, mpirun -np N
 #   onesided      -gpus N, -np N, mpirun -np N (NCCL >= 2.29.2; older: the typed refusal).
-#                 Known race (issue 14 report): a rank may put into a peer's window
-#                 before the peer's win.Memset(0) ran, which then wipes the bytes;
-#                 seen on the fake with -gpus 8 under load (1 in ~30), none with -np.
 #   faulttolerant 2 ranks by design (rank 1 killed, a replacement grown back):
 #                 runs as in gpu-check.sh, on GPUs 0 and 1 only
 #   withpython    2 ranks by design (a Go rank and a Python rank): gpu-check.sh runs it
