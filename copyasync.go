@@ -109,10 +109,12 @@ func MallocHostOf[T Element](cu *CUDA, n int) ([]T, error) {
 	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), size/int(unsafe.Sizeof(z))), nil
 }
 
-// FreeHostOf frees memory from MallocHostOf.
+// FreeHostOf frees memory from MallocHostOf: pass the slice it returned (a
+// sub-slice starting elsewhere is refused by CUDA; an empty one frees nothing).
 func FreeHostOf[T Element](cu *CUDA, p []T) error {
-	if len(p) == 0 {
+	if cap(p) == 0 {
 		return nil
 	}
+	p = p[:cap(p)] // a slice shortened to [:0] still names the allocation
 	return cu.FreeHost(asBytes(p))
 }
