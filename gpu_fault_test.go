@@ -30,7 +30,7 @@ import (
 func TestGPUFaultAbortWatchdog(t *testing.T) {
 	l, n := openReal(t)
 	if n < 2 {
-		t.Skip("needs 2 GPUs")
+		t.Skip("needs 2 ranks: 2 GPUs, or GONCCL_GPU_RANKS=2 with NCCL_MULTI_RANK_GPU_ENABLE=1")
 	}
 	secs := 10
 	if v, err := strconv.Atoi(os.Getenv("GONCCL_GPU_WATCHDOG_SECONDS")); err == nil {
@@ -41,11 +41,11 @@ func TestGPUFaultAbortWatchdog(t *testing.T) {
 	var bufs [2]nccl.Buffer
 	for r := range 2 {
 		var err error
-		if streams[r], err = cu.NewStream(r, nccl.StreamNonBlocking); err != nil {
+		if streams[r], err = cu.NewStream(devOf(r), nccl.StreamNonBlocking); err != nil {
 			t.Fatal(err)
 		}
 		defer streams[r].Destroy()
-		if bufs[r], err = cu.Alloc(r, nccl.Float32, 1<<18); err != nil {
+		if bufs[r], err = cu.Alloc(devOf(r), nccl.Float32, 1<<18); err != nil {
 			t.Fatal(err)
 		}
 		defer bufs[r].Free()
@@ -154,21 +154,18 @@ func TestGPUFaultChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := nccl.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, _ := openReal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := l.InitRank(ctx, 1, id, 2, 1, nil)
+	c, err := l.InitRank(ctx, devOf(1), id, 2, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := l.CUDA().NewStream(1, nccl.StreamNonBlocking)
+	s, err := l.CUDA().NewStream(devOf(1), nccl.StreamNonBlocking)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := l.CUDA().Alloc(1, nccl.Float32, 1<<20)
+	b, err := l.CUDA().Alloc(devOf(1), nccl.Float32, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +197,7 @@ func TestGPUFaultChild(t *testing.T) {
 func TestGPUFaultPeerDies(t *testing.T) {
 	l, n := openReal(t)
 	if n < 2 {
-		t.Skip("needs 2 GPUs")
+		t.Skip("needs 2 ranks: 2 GPUs, or GONCCL_GPU_RANKS=2 with NCCL_MULTI_RANK_GPU_ENABLE=1")
 	}
 	cu := l.CUDA()
 	const deadline = 5 * time.Second

@@ -37,7 +37,7 @@ func gated(t *testing.T, l *nccl.Library, sym string, call func() error, f func(
 func TestGPUNewerQueries(t *testing.T) {
 	l, n := openReal(t)
 	if n < 2 {
-		t.Skip("needs 2 GPUs")
+		t.Skip("needs 2 ranks: 2 GPUs, or GONCCL_GPU_RANKS=2 with NCCL_MULTI_RANK_GPU_ENABLE=1")
 	}
 	ranks := initRanks(t, l, 2)
 	c := ranks[1].comm
@@ -115,7 +115,7 @@ func TestGPUNewerQueries(t *testing.T) {
 func TestGPUPutSignal(t *testing.T) {
 	l, n := openReal(t)
 	if n < 2 {
-		t.Skip("needs 2 GPUs")
+		t.Skip("needs 2 ranks: 2 GPUs, or GONCCL_GPU_RANKS=2 with NCCL_MULTI_RANK_GPU_ENABLE=1")
 	}
 	ranks := initRanksCtx(t, l, 2, commModes[1].ctx(t))
 	gated(t, l, "ncclSignal", func() error {
@@ -209,7 +209,7 @@ func TestGPUPutSignal(t *testing.T) {
 func TestGPURevokeShrinkGrow(t *testing.T) {
 	l, n := openReal(t)
 	if n < 2 {
-		t.Skip("needs 2 GPUs")
+		t.Skip("needs 2 ranks: 2 GPUs, or GONCCL_GPU_RANKS=2 with NCCL_MULTI_RANK_GPU_ENABLE=1")
 	}
 	ctx := commModes[1].ctx(t)
 	ranks := initRanksCtx(t, l, 2, ctx) // non-blocking
@@ -248,7 +248,7 @@ func TestGPURevokeShrinkGrow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s1, err := l.CUDA().NewStream(1, nccl.StreamNonBlocking)
+		s1, err := l.CUDA().NewStream(devOf(1), nccl.StreamNonBlocking)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +260,7 @@ func TestGPURevokeShrinkGrow(t *testing.T) {
 			if r == 0 {
 				grown[0], err = solo.Grow(ctx, 2, &id, nil)
 			} else {
-				grown[1], err = l.GrowRank(ctx, 1, id, 2, 1, nil)
+				grown[1], err = l.GrowRank(ctx, devOf(1), id, 2, 1, nil)
 			}
 			if err != nil {
 				return err

@@ -24,17 +24,33 @@ import (
 //
 // and run the binary on a machine with GPUs (scripts/gpu-check.sh).
 
+//
+// openReal returns the library and the number of ranks the tests of several
+// ranks place: one per GPU, or GONCCL_GPU_RANKS, which may exceed the GPUs
+// when NCCL_MULTI_RANK_GPU_ENABLE=1 lets NCCL 2.30 and later put several ranks
+// on one GPU (ranks go round the GPUs: devOf). That is how a machine of one GPU
+// runs them.
 func openReal(t *testing.T) (*nccl.Library, int) {
 	t.Helper()
 	l, err := nccl.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := l.CUDA().DeviceCount()
+	gpus, err := l.CUDA().DeviceCount()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("NCCL %s from %s (%s); %d GPUs", l.Version(), l.Path, l.Via, n)
+	devices = gpus
+	n := gpus
+	if v := os.Getenv("GONCCL_GPU_RANKS"); v != "" {
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("GONCCL_GPU_RANKS=%q: want a positive number", v)
+		}
+		if n > gpus && os.Getenv("NCCL_MULTI_RANK_GPU_ENABLE") != "1" {
+			t.Fatalf("GONCCL_GPU_RANKS=%d on %d GPUs needs NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL >= 2.30)", n, gpus)
+		}
+	}
+	t.Logf("NCCL %s from %s (%s); %d GPUs, %d ranks", l.Version(), l.Path, l.Via, gpus, n)
 	return l, n
 }
 
@@ -43,7 +59,7 @@ func openReal(t *testing.T) (*nccl.Library, int) {
 func TestGPUAllReduceFloat32(t *testing.T) {
 	l, n := openReal(t)
 	if n < 2 {
-		t.Skip("needs 2 GPUs")
+		t.Skip("needs 2 ranks: 2 GPUs, or GONCCL_GPU_RANKS=2 with NCCL_MULTI_RANK_GPU_ENABLE=1")
 	}
 	ranks := initRanks(t, l, n)
 	cu := l.CUDA()
@@ -131,7 +147,7 @@ func TestGPUCollectivesInitAll(t *testing.T) {
 	l, n := openReal(t)
 	devs := make([]int, n)
 	for i := range devs {
-		devs[i] = i
+		devs[i] = devOf(i)
 	}
 	for _, ctx := range []context.Context{context.Background(), nonBlockingCtx(t)} {
 		comms, err := l.InitAll(ctx, devs, nil)
@@ -140,11 +156,11 @@ func TestGPUCollectivesInitAll(t *testing.T) {
 		}
 		ranks := make([]rank, n)
 		for i, c := range comms {
-			s, err := l.CUDA().NewStream(i, nccl.StreamNonBlocking)
+			s, err := l.CUDA().NewStream(devs[i], nccl.StreamNonBlocking)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ranks[i] = rank{comm: c, s: s, dev: i}
+			ranks[i] = rank{comm: c, s: s, dev: devs[i]}
 			if c.Blocking() != (ctx.Done() == nil) {
 				t.Errorf("InitAll (can end: %v): rank %d Blocking() = %v", ctx.Done() != nil, i, c.Blocking())
 			}
@@ -204,26 +220,23 @@ func TestGPUChildRank(t *testing.T) {
 	if err1 != nil || err2 != nil {
 		t.Skip("run by TestGPUCollectivesMultiProcess")
 	}
-	l, err := nccl.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, _ := openReal(t)
 	id, err := l.GetUniqueID() // from NCCL_COMM_ID: the same on every rank
 	if err != nil {
 		t.Fatal(err)
 	}
-	comm, err := l.InitRank(context.Background(), me, id, n, me, nil)
+	comm, err := l.InitRank(context.Background(), devOf(me), id, n, me, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer comm.Close(context.Background())
-	s, err := l.CUDA().NewStream(me, nccl.StreamNonBlocking)
+	s, err := l.CUDA().NewStream(devOf(me), nccl.StreamNonBlocking)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Destroy()
 	ranks := make([]rank, n)
-	ranks[me] = rank{comm: comm, s: s, dev: me}
+	ranks[me] = rank{comm: comm, s: s, dev: devOf(me)}
 	runAllCases(t, l, ranks, rand.New(rand.NewPCG(uint64(n), 9)))
 	t.Logf("rank %d of %d (pid %d): %d results checked, %d elements", me, n, os.Getpid(), checked.cases.Load(), checked.elements.Load())
 }

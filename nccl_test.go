@@ -35,8 +35,15 @@ type rank struct {
 	dev  int
 }
 
+// devices is how many devices ranks go round: the fake runtime's 8, or the
+// GPUs a GPU test sees (openReal).
+var devices = 8
+
+// devOf is rank r's device: r modulo devices.
+func devOf(r int) int { return r % devices }
+
 // initRanks makes an n-rank blocking communicator, one goroutine per rank on
-// device r%8, the id passed by value to each.
+// device devOf(r), the id passed by value to each.
 func initRanks(t testing.TB, l *nccl.Library, n int) []rank {
 	t.Helper()
 	return initRanksCtx(t, l, n, context.Background())
@@ -51,7 +58,7 @@ func nonBlockingCtx(t testing.TB) context.Context {
 }
 
 // initComms makes an n-rank communicator from ctx and cfg, one goroutine per
-// rank on device r%8, the id passed by value to each; it fails the test if a
+// rank on device devOf(r), the id passed by value to each; it fails the test if a
 // rank fails.
 func initComms(t testing.TB, l *nccl.Library, n int, ctx context.Context, cfg *nccl.Config) []*nccl.Comm {
 	t.Helper()
@@ -66,7 +73,7 @@ func initComms(t testing.TB, l *nccl.Library, n int, ctx context.Context, cfg *n
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			comms[r], errs[r] = l.InitRank(ctx, r%8, id, n, r, cfg)
+			comms[r], errs[r] = l.InitRank(ctx, devOf(r), id, n, r, cfg)
 		}()
 	}
 	wg.Wait()
@@ -91,8 +98,8 @@ func initRanksCtx(t testing.TB, l *nccl.Library, n int, ctx context.Context) []r
 	ranks := make([]rank, n)
 	errs := make([]error, n)
 	for r, c := range comms {
-		s, err := l.CUDA().NewStream(r%8, nccl.StreamNonBlocking)
-		ranks[r] = rank{comm: c, s: s, dev: r % 8}
+		s, err := l.CUDA().NewStream(devOf(r), nccl.StreamNonBlocking)
+		ranks[r] = rank{comm: c, s: s, dev: devOf(r)}
 		errs[r] = err
 	}
 	t.Cleanup(func() {
@@ -111,7 +118,7 @@ func initRanksCtx(t testing.TB, l *nccl.Library, n int, ctx context.Context) []r
 			t.Fatalf("rank %d: %v", r, err)
 		}
 		c := ranks[r].comm
-		if c.Rank() != r || c.Size() != n || c.Device() != r%8 || c.Blocking() != wantBlocking {
+		if c.Rank() != r || c.Size() != n || c.Device() != devOf(r) || c.Blocking() != wantBlocking {
 			t.Fatalf("rank %d: comm says rank %d of %d on device %d, blocking %v", r, c.Rank(), c.Size(), c.Device(), c.Blocking())
 		}
 	}

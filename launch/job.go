@@ -73,6 +73,11 @@ type Job struct {
 	// CommID is where NCCL's own bootstrap can meet: NCCL_COMM_ID, or
 	// MASTER_ADDR:MASTER_PORT when no store serves there. "" when neither.
 	CommID string
+
+	// SharedGPUs is whether NCCL may place several ranks on one GPU
+	// (NCCL_MULTI_RANK_GPU_ENABLE=1, honoured by NCCL 2.30 and later): Device
+	// then shares the visible GPUs among more local ranks than there are.
+	SharedGPUs bool
 }
 
 // Options place the process explicitly and say where Detect reads the
@@ -168,6 +173,7 @@ func DetectWith(o Options) (Job, error) {
 		j.RunID = id
 	}
 	j.CommID = env("NCCL_COMM_ID")
+	j.SharedGPUs = env("NCCL_MULTI_RANK_GPU_ENABLE") == "1"
 	addr, port := env("MASTER_ADDR"), env("MASTER_PORT")
 	if addr != "" && port != "" {
 		if j.RootHost == "" {

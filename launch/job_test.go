@@ -181,3 +181,41 @@ func TestDetectProcess(t *testing.T) {
 		t.Errorf("%+v, %v", j, err)
 	}
 }
+
+// TestJobDevice: a local rank maps to its own GPU; beyond the visible GPUs it
+// is a typed error that names the way out, unless NCCL_MULTI_RANK_GPU_ENABLE=1
+// lets ranks share GPUs, when the local ranks go round them.
+func TestJobDevice(t *testing.T) {
+	for _, tc := range []struct {
+		local, visible int
+		shared         string
+		want           int // -1: a *DeviceError
+	}{
+		{0, 2, "", 0}, {1, 2, "", 1}, {2, 2, "", -1}, {1, 1, "", -1}, {0, 0, "", -1}, {0, 0, "1", -1},
+		{1, 1, "1", 0}, {3, 2, "1", 1}, {2, 4, "1", 2}, {1, 1, "0", -1},
+	} {
+		j, err := DetectWith(Options{Size: 4, Rank: tc.local, LocalRank: tc.local,
+			Getenv: envOf(map[string]string{"NCCL_MULTI_RANK_GPU_ENABLE": tc.shared})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.SharedGPUs != (tc.shared == "1") {
+			t.Errorf("NCCL_MULTI_RANK_GPU_ENABLE=%q: SharedGPUs = %v", tc.shared, j.SharedGPUs)
+		}
+		got, err := j.Device(tc.visible)
+		var de *DeviceError
+		switch {
+		case tc.want < 0 && !errors.As(err, &de):
+			t.Errorf("local rank %d of %d GPUs (shared %q): %d, %v; want a *DeviceError", tc.local, tc.visible, tc.shared, got, err)
+		case tc.want < 0:
+			if de.LocalRank != tc.local || de.Visible != tc.visible {
+				t.Errorf("error %+v for local rank %d, %d visible", de, tc.local, tc.visible)
+			}
+			if tc.visible > 0 && !strings.Contains(err.Error(), "NCCL_MULTI_RANK_GPU_ENABLE=1") {
+				t.Errorf("error %q does not name the way to share GPUs", err)
+			}
+		case err != nil || got != tc.want:
+			t.Errorf("local rank %d of %d GPUs (shared %q): %d, %v; want %d", tc.local, tc.visible, tc.shared, got, err, tc.want)
+		}
+	}
+}

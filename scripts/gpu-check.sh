@@ -10,6 +10,11 @@
 # VCCL build, that too, and when SRC_LIB names the folder of an NCCL built from
 # source (BUILD_NCCL=v2.30.7-1 builds one with .gpu/build-nccl.sh, beside the
 # other checks), that too. NCCL_NVLS_ENABLE=0 always: NVLink multicast stays off.
+#
+# On a machine of one GPU, the checks of two ranks run where the library lets
+# ranks share a GPU (NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1: the tests
+# get GONCCL_GPU_RANKS=2, the launched examples share GPU 0 through
+# launch.Job.Device); with older libraries they are skipped and say so.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -41,10 +46,23 @@ run)
   : >"$summary"
   date -u >>"$summary"
   nvidia-smi -L >>"$summary" 2>&1
+  GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   # lib label, then env assignments for that library
   check() {
     local label=$1; shift
     echo "== $label" | tee -a "$summary"
+    local code
+    code=$(env "$@" .gpu/bin/nccl-info 2>/dev/null | sed -n 's/.*(code \([0-9]*\)).*/\1/p' | head -1)
+    TWO=yes # whether two ranks can run
+    if [ "$GPUS" -lt 2 ]; then
+      if [ "${code:-0}" -ge 23000 ]; then
+        set -- "$@" NCCL_MULTI_RANK_GPU_ENABLE=1 GONCCL_GPU_RANKS=2
+        echo "   one GPU: two ranks share it (NCCL_MULTI_RANK_GPU_ENABLE=1)" | tee -a "$summary"
+      else
+        TWO=
+        echo "   one GPU and NCCL $code < 2.30: checks of two ranks are skipped" | tee -a "$summary"
+      fi
+    fi
     env "$@" .gpu/bin/nccl-info >"$LOGS/nccl-info-$label.txt" 2>&1
     grep -E "file|found by|version" "$LOGS/nccl-info-$label.txt" | head -4 | sed 's/^/   /' | tee -a "$summary"
     env "$@" .gpu/bin/nccl-info -json >"$LOGS/nccl-info-$label.json" 2>&1
@@ -72,6 +90,10 @@ run)
     : >"$log"
     run_example() {
       echo "\$ $*" >>"$log"
+      if [ -z "$TWO" ] && [[ " $* " == *" -np 2 "* || " $* " == *mpirun* || " $* " == *torchrun* || " $* " == *RANK=1* || " $* " == *faulttolerant* ]]; then
+        echo "   example skipped (two ranks, one GPU): $*" | tee -a "$summary"
+        return
+      fi
       if timeout 120 "$@" >>"$log" 2>&1; then echo "   example ok:   $*" | tee -a "$summary"
       else echo "   example FAIL: $*" | tee -a "$summary"; fi
     }
@@ -81,6 +103,10 @@ run)
     local code
     code=$(env "$@" .gpu/bin/nccl-info 2>/dev/null | sed -n 's/.*(code \([0-9]*\)).*/\1/p' | head -1)
     newer() {
+      if [ -z "$TWO" ] && [[ " $* " == *" -np 2 "* || " $* " == *faulttolerant* ]]; then
+        echo "   example skipped (two ranks, one GPU): $*" | tee -a "$summary"
+        return
+      fi
       local need=$1; shift
       echo "\$ $*" >>"$log"
       local out rc
@@ -122,7 +148,7 @@ run)
     fi
     # A Go rank and a Python rank (PyTorch's TCPStore, CuPy's NCCL) in one
     # communicator: both sides must run the same NCCL, the wheel's.
-    if [ "$label" = wheel ] && [ -x "$VENV/bin/python3" ]; then
+    if [ "$label" = wheel ] && [ -x "$VENV/bin/python3" ] && [ "$GPUS" -ge 2 ]; then
       run_example env "$@" bash -c "$VENV/bin/python3 examples/withpython/peer.py --master --store 127.0.0.1:$((port+4)) --rank 1 --dev 1 & $E/withpython -store 127.0.0.1:$((port+4)) -rank 0 -dev 0 $T && wait \$!"
     fi
     run_example env "$@" $E/multigpu $T

@@ -54,7 +54,14 @@ func run(lib *nccl.Library, job launch.Job, share launch.Share, n int, timeout t
 	if err != nil {
 		return err
 	}
-	dev := job.LocalRank
+	visible, err := lib.CUDA().DeviceCount()
+	if err != nil {
+		return err
+	}
+	dev, err := job.Device(visible) // the local rank's GPU, or a shared one under NCCL_MULTI_RANK_GPU_ENABLE=1
+	if err != nil {
+		return err
+	}
 	comm, err := lib.InitRank(ctx, dev, id, job.Size, job.Rank, nil)
 	launch.Cleanup(job, share) // every rank has read the id file, or the job has failed
 	if err != nil {

@@ -78,11 +78,19 @@ func main() {
 		if err != nil {
 			log.Fatalf("rank %d: %v", job.Rank, err)
 		}
-		t, err := rank(ctx, lib, id, job.LocalRank, job.Size, job.Rank, p, func() { launch.Cleanup(job, lf.Share()) })
+		visible, err := lib.CUDA().DeviceCount()
+		if err != nil {
+			log.Fatal(err)
+		}
+		dev, err := job.Device(visible) // the local rank's GPU, or a shared one under NCCL_MULTI_RANK_GPU_ENABLE=1
+		if err != nil {
+			log.Fatal(err)
+		}
+		t, err := rank(ctx, lib, id, dev, job.Size, job.Rank, p, func() { launch.Cleanup(job, lf.Share()) })
 		if err != nil {
 			log.Fatalf("rank %d: %v", job.Rank, err)
 		}
-		fmt.Printf("captured: rank %d/%d (%s, id via %s) on GPU %d, %s: %s\n", job.Rank, job.Size, job.Launcher, via, job.LocalRank, what, t)
+		fmt.Printf("captured: rank %d/%d (%s, id via %s) on GPU %d, %s: %s\n", job.Rank, job.Size, job.Launcher, via, dev, what, t)
 		return
 	}
 	n := *ngpu

@@ -129,7 +129,14 @@ func oneRank(lib *nccl.Library, job launch.Job, share launch.Share, p params) (e
 	if err != nil {
 		return err
 	}
-	dev := job.LocalRank
+	visible, err := lib.CUDA().DeviceCount()
+	if err != nil {
+		return err
+	}
+	dev, err := job.Device(visible) // the local rank's GPU, or a shared one under NCCL_MULTI_RANK_GPU_ENABLE=1
+	if err != nil {
+		return err
+	}
 	comm, err := lib.InitRank(ctx, dev, id, job.Size, job.Rank, nil)
 	launch.Cleanup(job, share)
 	if err != nil {

@@ -178,7 +178,14 @@ func rankMain(lf *launch.Flags) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	dev := job.LocalRank
+	visible, err := lib.CUDA().DeviceCount()
+	if err != nil {
+		return err
+	}
+	dev, err := job.Device(visible) // the local rank's GPU, or a shared one under NCCL_MULTI_RANK_GPU_ENABLE=1
+	if err != nil {
+		return err
+	}
 	t := &trainer{rank: job.Rank, dev: dev, step: 0, w: make([]float64, features)}
 	t.xs, t.ys, t.wStar = dataset(2 * *perRank)
 	var comm *nccl.Comm

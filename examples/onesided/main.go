@@ -65,7 +65,15 @@ func main() {
 			log.Fatalf("rank %d: %v", job.Rank, err)
 		}
 		where := fmt.Sprintf("(%s, id via %s) ", job.Launcher, via)
-		line, err := rank(ctx, lib, id, job.LocalRank, job.Size, job.Rank, *size, *offset, *timeout, where, func() { launch.Cleanup(job, lf.Share()) })
+		visible, err := lib.CUDA().DeviceCount()
+		if err != nil {
+			log.Fatal(err)
+		}
+		dev, err := job.Device(visible) // the local rank's GPU, or a shared one under NCCL_MULTI_RANK_GPU_ENABLE=1
+		if err != nil {
+			log.Fatal(err)
+		}
+		line, err := rank(ctx, lib, id, dev, job.Size, job.Rank, *size, *offset, *timeout, where, func() { launch.Cleanup(job, lf.Share()) })
 		if err != nil {
 			log.Fatalf("rank %d: %v", job.Rank, err)
 		}
