@@ -75,6 +75,9 @@ type Comm struct {
 	graphs    atomic.Int32 // live Graphs holding its operations (see Graph)
 	graphMu   sync.Mutex
 	graphList []*Graph
+
+	winMu sync.Mutex
+	wins  []windowSpan // registered windows, for the checks of one-sided calls
 }
 
 // keep holds p, a place NCCL may still write to because the wait for the
@@ -140,18 +143,32 @@ func (c *Comm) moveState(to int32, from ...int32) (int64, bool) {
 // calls while it finalizes. Every successful enter is paired with exit.
 func (c *Comm) enter(op string, closing bool) (uintptr, error) {
 	if s := stateOf(c.life.Add(1)); s != stOpen && (!closing || s != stClosing) {
-		c.exit()
-		return 0, &ClosedError{Op: op, What: "communicator"}
+		return 0, c.refuse(op)
 	}
 	return c.h, nil
 }
 
+// refuse undoes the count of a call that was not admitted and returns its
+// error. Out of line: the hot path never takes it.
+//
+//go:noinline
+func (c *Comm) refuse(op string) error {
+	c.exit()
+	return &ClosedError{Op: op, What: "communicator"}
+}
+
 // exit ends a call; the last call out of an aborted communicator frees it.
+// Small enough to inline: one atomic add and a test.
 func (c *Comm) exit() {
-	if v := c.life.Add(-1); v&callMask == 0 && stateOf(v) == stAborting {
-		c.free(fnCommAbort)
+	if c.life.Add(-1) == int64(stAborting)<<32 { // no call left, aborting
+		c.lastOut()
 	}
 }
+
+// lastOut frees the communicator for the last call out after Abort.
+//
+//go:noinline
+func (c *Comm) lastOut() { c.free(fnCommAbort) }
 
 // free releases the handle once, with ncclCommAbort or ncclCommDestroy.
 func (c *Comm) free(sym int) error {
@@ -169,7 +186,7 @@ func (c *Comm) free(sym int) error {
 		gs := slices.Clone(c.graphList)
 		c.graphMu.Unlock()
 		for _, g := range gs {
-			g.Destroy()
+			g.destroyForAbort()
 		}
 	}
 	err := c.lib.call(sym, c.h)

@@ -32,6 +32,14 @@ func TestGPUFaultAbortWatchdog(t *testing.T) {
 	if n < 2 {
 		t.Skip("needs 2 ranks: 2 GPUs, or GONCCL_GPU_RANKS=2 with NCCL_MULTI_RANK_GPU_ENABLE=1")
 	}
+	if n > devices {
+		// Seen on NCCL 2.30.7, two ranks on one H200 in one process: the
+		// Abort of one rank frees memory the other rank's kernel still
+		// reads, and the illegal address (cudaError 700) poisons the
+		// process's CUDA context for both. With a GPU each, as NCCL wants,
+		// the test passes (2×H200, NCCL 2.28.3 and 2.28.9).
+		t.Skip("ranks sharing a GPU in one process: an Abort of one faults the other's kernel; needs a GPU per rank")
+	}
 	secs := 10
 	if v, err := strconv.Atoi(os.Getenv("GONCCL_GPU_WATCHDOG_SECONDS")); err == nil {
 		secs = v

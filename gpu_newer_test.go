@@ -56,21 +56,32 @@ func TestGPUNewerQueries(t *testing.T) {
 		})
 	})
 	t.Run("Params", func(t *testing.T) {
-		gated(t, l, "ncclParamBind", func() error { _, err := l.BindParam("NCCL_NVLS_ENABLE"); return err }, func(t *testing.T) {
+		gated(t, l, "ncclParamBind", func() error { _, err := l.BindParam("NCCL_DEBUG_SUBSYS"); return err }, func(t *testing.T) {
 			keys, err := l.ParamKeys()
 			if err != nil || len(keys) == 0 {
 				t.Fatalf("ParamKeys: %d keys, %v", len(keys), err)
 			}
-			// gpu-check.sh runs with NCCL_NVLS_ENABLE=0: NCCL must report it.
-			v, err := l.Param("NCCL_NVLS_ENABLE")
-			if err != nil || v != "0" {
-				t.Errorf("Param(NCCL_NVLS_ENABLE) = %q, %v; want 0 from the environment", v, err)
+			for _, k := range keys {
+				v, err := l.Param(k)
+				if err != nil {
+					t.Errorf("Param(%s): %v", k, err)
+				}
+				t.Logf("%s = %q", k, v)
 			}
-			h, err := l.BindParam("NCCL_NVLS_ENABLE")
+			// gpu-check.sh leaves the debug settings at their defaults.
+			h, err := l.BindParam("NCCL_DEBUG_SUBSYS")
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%d keys; NCCL_NVLS_ENABLE = %q (%s)", len(keys), v, h.Key())
+			if v, err := nccl.ParamValue[uint64](h); err != nil || v != 0x1081 {
+				t.Errorf("NCCL_DEBUG_SUBSYS = %#x, %v; want the default INIT|ENV|BOOTSTRAP", v, err)
+			}
+			if v, err := l.Param("NCCL_DEBUG_SUBSYS"); err != nil || v != "INIT,ENV,BOOTSTRAP" {
+				t.Errorf("Param(NCCL_DEBUG_SUBSYS) = %q, %v", v, err)
+			}
+			if _, err := l.BindParam("NCCL_NVLS_ENABLE"); !errors.Is(err, nccl.ErrInvalidArgument) {
+				t.Errorf("NCCL_NVLS_ENABLE, an NCCL_PARAM outside the registry: %v", err)
+			}
 			if _, err := l.BindParam("NCCL_NO_SUCH_THING"); !errors.Is(err, nccl.ErrInvalidArgument) {
 				t.Errorf("an unknown key: %v", err)
 			}

@@ -24,7 +24,6 @@ import (
 //
 // and run the binary on a machine with GPUs (scripts/gpu-check.sh).
 
-//
 // openReal returns the library and the number of ranks the tests of several
 // ranks place: one per GPU, or GONCCL_GPU_RANKS, which may exceed the GPUs
 // when NCCL_MULTI_RANK_GPU_ENABLE=1 lets NCCL 2.30 and later put several ranks

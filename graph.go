@@ -448,6 +448,7 @@ type Graph struct {
 	// frees the graph.
 	life     atomic.Int64
 	released atomic.Bool // free ran (refused launches also leave at graphDestroyed)
+	aborted  atomic.Bool // destroyed by an Abort of a communicator it held
 	freeErr  error
 	freed    chan struct{}
 	once     sync.Once
@@ -470,7 +471,7 @@ func (g *Graph) Launch(s Stream) (err error) {
 	}
 	if g.life.Add(1)&graphDestroyed != 0 {
 		g.leave()
-		return &ClosedError{Op: op, What: "graph"}
+		return g.closedError(op)
 	}
 	defer g.leave()
 	if s.cu != nil && s.dev != g.dev {
@@ -494,7 +495,7 @@ func (g *Graph) Destroy() error {
 	for {
 		v := g.life.Load()
 		if v&graphDestroyed != 0 {
-			return &ClosedError{Op: op, What: "graph"}
+			return g.closedError(op)
 		}
 		if g.life.CompareAndSwap(v, v|graphDestroyed) {
 			if v == 0 {
@@ -504,6 +505,20 @@ func (g *Graph) Destroy() error {
 			return g.freeErr
 		}
 	}
+}
+
+// destroyForAbort is Destroy by an Abort of a communicator g holds: later
+// Launch and Destroy calls say why the graph is gone.
+func (g *Graph) destroyForAbort() {
+	g.aborted.Store(true)
+	g.Destroy()
+}
+
+func (g *Graph) closedError(op string) error {
+	if g.aborted.Load() {
+		return &ClosedError{Op: op, What: "graph (destroyed by an Abort of a communicator it holds)"}
+	}
+	return &ClosedError{Op: op, What: "graph"}
 }
 
 // leave ends a Launch; the last one out of a destroyed graph frees it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -54,7 +55,7 @@ func TestGraphDestroyUnderLaunches(t *testing.T) {
 			t.Fatalf("round %d: Destroy: %v", round, err)
 		}
 		wg.Wait()
-		if err := g.Destroy(); !errors.Is(err, nccl.ErrClosed) {
+		if err := g.Destroy(); !errors.Is(err, nccl.ErrClosed) || strings.Contains(err.Error(), "Abort") {
 			t.Errorf("second Destroy: %v", err)
 		}
 		if err := s.Synchronize(); err != nil {
@@ -113,8 +114,8 @@ func TestCloseRefusedWhileGraphsHoldTheComm(t *testing.T) {
 					t.Fatalf("rank %d: Abort with a live graph: %v", r, err)
 				}
 				<-c.Done()
-				if err := graphs[r].Launch(streams[r]); !errors.Is(err, nccl.ErrClosed) {
-					t.Errorf("rank %d: Launch after Abort: %v", r, err)
+				if err := graphs[r].Launch(streams[r]); !errors.Is(err, nccl.ErrClosed) || !strings.Contains(err.Error(), "destroyed by an Abort") {
+					t.Errorf("rank %d: Launch after Abort: %v; want ErrClosed saying the Abort destroyed it", r, err)
 				}
 				if err := graphs[r].Destroy(); !errors.Is(err, nccl.ErrClosed) {
 					t.Errorf("rank %d: Destroy after Abort: %v", r, err)

@@ -27,6 +27,7 @@ type Library struct {
 
 	closed atomic.Bool
 	types  [16]bool // data types the library knows, by ncclDataType_t
+	allOps bool     // it knows every reduction gonccl passes (Avg, PreMulSum): >= 2.11
 
 	commsMu sync.Mutex
 	comms   map[*Comm]struct{} // open communicators
@@ -104,6 +105,7 @@ func Open(opts ...Option) (*Library, error) {
 	for t := DataType(0); t.Valid(); t++ {
 		l.types[t] = l.version.AtLeast(t.Since())
 	}
+	l.allOps = l.version.AtLeast(Avg.Since()) && l.version.AtLeast((Avg + 1).Since())
 	if !l.version.AtLeast(MinVersion) {
 		return nil, &TooOldError{Path: file.Path, Version: l.version, Min: MinVersion}
 	}
@@ -239,13 +241,22 @@ func (l *Library) call(sym int, args ...uintptr) error {
 	if fn == 0 {
 		return l.unsupported(sym)
 	}
-	if r := abi.Result(int32(ccall.Call(fn, args...))); r != abi.Success {
-		if r == abi.InProgress { // a non-blocking communicator's every launch: no allocation
-			return inProgress[sym]
-		}
-		return l.failure(sym, r)
+	if r := int32(ccall.Call(fn, args...)); r != int32(abi.Success) {
+		return l.result(sym, r)
 	}
 	return nil
+}
+
+// result is the error of a result other than ncclSuccess. Out of line: the
+// hot path (Comm.stream) calls ccall.Call itself and comes here only on a
+// failure or a non-blocking communicator's ncclInProgress.
+//
+//go:noinline
+func (l *Library) result(sym int, r int32) error {
+	if abi.Result(r) == abi.InProgress { // a non-blocking communicator's every launch: no allocation
+		return inProgress[sym]
+	}
+	return l.failure(sym, abi.Result(r))
 }
 
 // inProgress holds each function's ncclInProgress result, made once.

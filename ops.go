@@ -1,6 +1,11 @@
 package nccl
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/ccall"
+)
 
 // Stream operations: each enqueues work on stream s and returns; none
 // synchronises. Before any C call each checks what NCCL would not, or would
@@ -17,11 +22,21 @@ import "strconv"
 // same number of elements. recv may be send (in place).
 func (c *Comm) AllReduce(send, recv Buffer, op RedOp, s Stream) error {
 	const name = "ncclAllReduce"
-	if err := c.checkPair(name, send, recv, recv.n, s); err != nil {
-		return err
+	// Each operation tests the verdicts of its checks inline and runs the
+	// checks themselves, for their errors, only when a verdict is no.
+	if !c.shapeFine(send, recv, recv.n, s) || recv.n != 0 && !(c.memFine(send) && c.memFine(recv)) || !c.opFine(op) {
+		if err := c.checkPair(name, send, recv, recv.n, s); err != nil {
+			return err
+		}
+		if err := c.checkOp(name, op); err != nil {
+			return err
+		}
 	}
-	if err := c.checkOp(name, op); err != nil {
-		return err
+	if op >= Avg && c.nranks == 1 {
+		var err error
+		if op, err = oneRankOp(name, op, recv.dt); err != nil {
+			return err
+		}
 	}
 	return c.stream(fnAllReduce, uintptr(send.ptr), uintptr(recv.ptr), uintptr(recv.n), uintptr(recv.dt), uintptr(op), 0, s.h)
 }
@@ -30,17 +45,20 @@ func (c *Comm) AllReduce(send, recv Buffer, op RedOp, s Stream) error {
 // only; other ranks may pass the zero Buffer. recv may be send on root.
 func (c *Comm) Broadcast(send, recv Buffer, root int, s Stream) error {
 	const name = "ncclBroadcast"
-	if err := c.checkRoot(name, "root", root); err != nil {
-		return err
-	}
-	if err := c.checkBuf(name, "recv", recv, recv.dt, recv.n, s); err != nil {
-		return err
-	}
-	if c.rank == root {
-		if err := c.checkBuf(name, "send", send, recv.dt, recv.n, s); err != nil {
+	if !c.rootFine(root) || !c.fine(recv, recv.dt, recv.n, s) || c.rank == root && !c.fine(send, recv.dt, recv.n, s) {
+		if err := c.checkRoot(name, "root", root); err != nil {
 			return err
 		}
-	} else {
+		if err := c.checkBuf(name, "recv", recv, recv.dt, recv.n, s); err != nil {
+			return err
+		}
+		if c.rank == root {
+			if err := c.checkBuf(name, "send", send, recv.dt, recv.n, s); err != nil {
+				return err
+			}
+		}
+	}
+	if c.rank != root {
 		send.ptr = recv.ptr
 	}
 	return c.stream(fnBroadcast, uintptr(send.ptr), uintptr(recv.ptr), uintptr(recv.n), uintptr(recv.dt), uintptr(int32(root)), 0, s.h)
@@ -50,21 +68,30 @@ func (c *Comm) Broadcast(send, recv Buffer, root int, s Stream) error {
 // zero Buffer as recv.
 func (c *Comm) Reduce(send, recv Buffer, op RedOp, root int, s Stream) error {
 	const name = "ncclReduce"
-	if err := c.checkRoot(name, "root", root); err != nil {
-		return err
-	}
-	if err := c.checkBuf(name, "send", send, send.dt, send.n, s); err != nil {
-		return err
-	}
-	if c.rank == root {
-		if err := c.checkBuf(name, "recv", recv, send.dt, send.n, s); err != nil {
+	if !c.rootFine(root) || !c.fine(send, send.dt, send.n, s) || c.rank == root && !c.fine(recv, send.dt, send.n, s) || !c.opFine(op) {
+		if err := c.checkRoot(name, "root", root); err != nil {
 			return err
 		}
-	} else {
-		recv.ptr = send.ptr
+		if err := c.checkBuf(name, "send", send, send.dt, send.n, s); err != nil {
+			return err
+		}
+		if c.rank == root {
+			if err := c.checkBuf(name, "recv", recv, send.dt, send.n, s); err != nil {
+				return err
+			}
+		}
+		if err := c.checkOp(name, op); err != nil {
+			return err
+		}
 	}
-	if err := c.checkOp(name, op); err != nil {
-		return err
+	if op >= Avg && c.nranks == 1 {
+		var err error
+		if op, err = oneRankOp(name, op, send.dt); err != nil {
+			return err
+		}
+	}
+	if c.rank != root {
+		recv.ptr = send.ptr
 	}
 	return c.stream(fnReduce, uintptr(send.ptr), uintptr(recv.ptr), uintptr(send.n), uintptr(send.dt), uintptr(op), uintptr(int32(root)), 0, s.h)
 }
@@ -74,11 +101,13 @@ func (c *Comm) Reduce(send, recv Buffer, op RedOp, root int, s Stream) error {
 // recv.Slice(rank×k, (rank+1)×k).
 func (c *Comm) AllGather(send, recv Buffer, s Stream) error {
 	const name = "ncclAllGather"
-	if err := c.checkBuf(name, "send", send, send.dt, send.n, s); err != nil {
-		return err
-	}
-	if err := c.checkBuf(name, "recv", recv, send.dt, send.n*c.nranks, s); err != nil {
-		return err
+	if !c.fine(send, send.dt, send.n, s) || !c.fine(recv, send.dt, send.n*c.nranks, s) {
+		if err := c.checkBuf(name, "send", send, send.dt, send.n, s); err != nil {
+			return err
+		}
+		if err := c.checkBuf(name, "recv", recv, send.dt, send.n*c.nranks, s); err != nil {
+			return err
+		}
 	}
 	return c.stream(fnAllGather, uintptr(send.ptr), uintptr(recv.ptr), uintptr(send.n), uintptr(send.dt), 0, s.h)
 }
@@ -87,14 +116,22 @@ func (c *Comm) AllGather(send, recv Buffer, s Stream) error {
 // leaves block rank in recv. In place: recv is send.Slice(rank×k, (rank+1)×k).
 func (c *Comm) ReduceScatter(send, recv Buffer, op RedOp, s Stream) error {
 	const name = "ncclReduceScatter"
-	if err := c.checkBuf(name, "recv", recv, recv.dt, recv.n, s); err != nil {
-		return err
+	if !c.fine(recv, recv.dt, recv.n, s) || !c.fine(send, recv.dt, recv.n*c.nranks, s) || !c.opFine(op) {
+		if err := c.checkBuf(name, "recv", recv, recv.dt, recv.n, s); err != nil {
+			return err
+		}
+		if err := c.checkBuf(name, "send", send, recv.dt, recv.n*c.nranks, s); err != nil {
+			return err
+		}
+		if err := c.checkOp(name, op); err != nil {
+			return err
+		}
 	}
-	if err := c.checkBuf(name, "send", send, recv.dt, recv.n*c.nranks, s); err != nil {
-		return err
-	}
-	if err := c.checkOp(name, op); err != nil {
-		return err
+	if op >= Avg && c.nranks == 1 {
+		var err error
+		if op, err = oneRankOp(name, op, recv.dt); err != nil {
+			return err
+		}
 	}
 	return c.stream(fnReduceScatter, uintptr(send.ptr), uintptr(recv.ptr), uintptr(recv.n), uintptr(recv.dt), uintptr(op), 0, s.h)
 }
@@ -103,11 +140,13 @@ func (c *Comm) ReduceScatter(send, recv Buffer, op RedOp, s Stream) error {
 // rank that both sends and receives does so inside one Group.
 func (c *Comm) Send(buf Buffer, peer int, s Stream) error {
 	const name = "ncclSend"
-	if err := c.checkRoot(name, "peer", peer); err != nil {
-		return err
-	}
-	if err := c.checkBuf(name, "buf", buf, buf.dt, buf.n, s); err != nil {
-		return err
+	if !c.rootFine(peer) || !c.fine(buf, buf.dt, buf.n, s) {
+		if err := c.checkRoot(name, "peer", peer); err != nil {
+			return err
+		}
+		if err := c.checkBuf(name, "buf", buf, buf.dt, buf.n, s); err != nil {
+			return err
+		}
 	}
 	return c.stream(fnSend, uintptr(buf.ptr), uintptr(buf.n), uintptr(buf.dt), uintptr(int32(peer)), 0, s.h)
 }
@@ -115,11 +154,13 @@ func (c *Comm) Send(buf Buffer, peer int, s Stream) error {
 // Recv receives into buf from peer.
 func (c *Comm) Recv(buf Buffer, peer int, s Stream) error {
 	const name = "ncclRecv"
-	if err := c.checkRoot(name, "peer", peer); err != nil {
-		return err
-	}
-	if err := c.checkBuf(name, "buf", buf, buf.dt, buf.n, s); err != nil {
-		return err
+	if !c.rootFine(peer) || !c.fine(buf, buf.dt, buf.n, s) {
+		if err := c.checkRoot(name, "peer", peer); err != nil {
+			return err
+		}
+		if err := c.checkBuf(name, "buf", buf, buf.dt, buf.n, s); err != nil {
+			return err
+		}
 	}
 	return c.stream(fnRecv, uintptr(buf.ptr), uintptr(buf.n), uintptr(buf.dt), uintptr(int32(peer)), 0, s.h)
 }
@@ -322,17 +363,32 @@ func (c *Comm) route(sym int) (bool, error) {
 // stream runs a stream operation whose last two C arguments are the
 // communicator and the stream: args holds a placeholder for the communicator,
 // filled in once the call is admitted. No allocation.
+//
+// This is the hot path of every operation, written out by hand (enter, call,
+// exit and settled, with their rare branches out of line): one atomic add to
+// be admitted, one to leave, a load for the capture check, and the C call.
 func (c *Comm) stream(sym int, args ...uintptr) error {
-	h, err := c.enter(ncclSymbols[sym].name, false)
-	if err != nil {
-		return err
+	// enter: counted while open, so that Abort leaves the freeing to the
+	// last call out.
+	if stateOf(c.life.Add(1)) != stOpen {
+		return c.refuse(ncclSymbols[sym].name)
 	}
-	args[len(args)-2] = h
-	if cu := c.lib.cuda; cu != nil && cu.capt.n.Load() != 0 {
-		cu.noteComm(c, args[len(args)-1])
+	n := len(args)
+	args[n-2] = c.h
+	l := c.lib
+	if cu := l.cuda; cu != nil && cu.capt.n.Load() != 0 {
+		cu.noteComm(c, args[n-1])
 	}
-	err = c.lib.call(sym, args...)
+	var err error
+	if fn := l.fn[sym]; fn == 0 {
+		err = l.unsupported(sym)
+	} else if r := int32(ccall.Call(fn, args...)); r != int32(abi.Success) {
+		err = l.result(sym, r)
+	}
 	c.exit()
+	if err == nil && c.blocking {
+		return nil
+	}
 	return c.settled(ncclSymbols[sym].name, err)
 }
 
@@ -350,7 +406,7 @@ func overlap(a, b Buffer) bool {
 
 // checkPair checks a send and a receive buffer of the same type and length want.
 func (c *Comm) checkPair(op string, send, recv Buffer, want int, s Stream) error {
-	if c.fine(send, recv.dt, want, s) && c.fine(recv, recv.dt, want, s) {
+	if c.shapeFine(send, recv, want, s) && (want == 0 || c.memFine(send) && c.memFine(recv)) {
 		return nil
 	}
 	if err := c.checkBuf(op, "send", send, recv.dt, want, s); err != nil {
@@ -359,12 +415,32 @@ func (c *Comm) checkPair(op string, send, recv Buffer, want int, s Stream) error
 	return c.checkBuf(op, "recv", recv, recv.dt, want, s)
 }
 
+// shapeFine and memFine are checkPair's verdict without its error: both
+// buffers hold want elements of recv's type, which the library knows, on the
+// communicator's device (memFine, when want > 0), as the stream is. The path
+// every valid call takes, in parts small enough to inline.
+func (c *Comm) shapeFine(send, recv Buffer, want int, s Stream) bool {
+	return send.n == want && recv.n == want && send.dt == recv.dt && uint32(recv.dt) < uint32(len(c.lib.types)) &&
+		c.lib.types[recv.dt] && (s.cu == nil || s.dev == c.dev)
+}
+
+// memFine: b is a live allocation on the communicator's device.
+func (c *Comm) memFine(b Buffer) bool {
+	return b.mem != nil && b.mem.dev == c.dev && !b.mem.freed.Load()
+}
+
 // fine is checkBuf's verdict without its error: the path every valid call
 // takes, small enough to inline.
 func (c *Comm) fine(b Buffer, dt DataType, want int, s Stream) bool {
 	return b.n == want && b.dt == dt && dt >= 0 && int(dt) < len(c.lib.types) && c.lib.types[dt] &&
 		(want == 0 || b.mem != nil && b.mem.dev == c.dev && !b.mem.freed.Load()) &&
 		(s.cu == nil || s.dev == c.dev)
+}
+
+// opFine is checkOp's verdict without its error, for the common case: a
+// built-in reduction, or any valid one on a library that knows them all.
+func (c *Comm) opFine(op RedOp) bool {
+	return op >= 0 && (op < Avg || c.lib.allOps)
 }
 
 // checkBuf checks one buffer: type dt, want elements, on the communicator's
@@ -401,6 +477,28 @@ func (c *Comm) checkBuf(op, name string, b Buffer, dt DataType, want int, s Stre
 	}
 	return nil
 }
+
+// oneRankOp is the reduction to pass NCCL on a communicator of one rank. There
+// NCCL runs Avg of a float as a PreMulSum by 1, and PreMulSum with a kernel
+// of its own whose fp8 cases are compiled out of its host code (onerank.cu,
+// 2.24 to 2.30): it refuses both for fp8 types, and the refusal leaves a
+// non-blocking communicator in error. Avg on one rank is the Sum it equals
+// (x×1 = x, a copy); PreMulSum of fp8 is refused here, the communicator left
+// usable.
+//
+//go:noinline
+func oneRankOp(name string, op RedOp, dt DataType) (RedOp, error) {
+	if dt != Float8e4m3 && dt != Float8e5m2 {
+		return op, nil
+	}
+	if op == Avg {
+		return Sum, nil
+	}
+	return op, argError(name, "PreMulSum of %v on a communicator of one rank: NCCL has no kernel for it (its one-rank path lacks fp8)", dt)
+}
+
+// rootFine is checkRoot's verdict without its error.
+func (c *Comm) rootFine(r int) bool { return uint(r) < uint(c.nranks) }
 
 func (c *Comm) checkRoot(op, name string, r int) error {
 	if r < 0 || r >= c.nranks {

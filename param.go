@@ -25,7 +25,10 @@ type ParamInt interface {
 	int8 | int16 | int32 | int64 | uint8 | uint16 | uint32 | uint64
 }
 
-// BindParam looks up the parameter key ("NCCL_BUFFSIZE") (ncclParamBind).
+// BindParam looks up the parameter key ("NCCL_DEBUG_SUBSYS") (ncclParamBind).
+// NCCL 2.30 registers only the parameters of its new parameter system (the
+// debug settings and NCCL_SET_THREAD_NAME in 2.30.7); the older NCCL_*
+// settings (NCCL_BUFFSIZE, NCCL_NVLS_ENABLE, ...) are not found.
 // An unknown key is an error matching ErrInvalidArgument.
 func (l *Library) BindParam(key string) (ParamHandle, error) {
 	if l.fn[fnParamBind] == 0 {

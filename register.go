@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -99,7 +100,41 @@ func (c *Comm) registerWindow(p DevicePtr, size, flags int) (Window, error) {
 	if wh == 0 {
 		return Window{}, &UnsupportedError{Name: op + " (returned no window: symmetric memory unavailable)", Path: c.lib.Path, Version: c.lib.version, Requires: "symmetric memory support"}
 	}
+	c.winMu.Lock()
+	c.wins = append(c.wins, windowSpan{h: wh, base: uintptr(p), size: uintptr(size), symmetric: flags&WinCollSymmetric != 0})
+	c.winMu.Unlock()
 	return Window{h: wh, comm: c}, nil
+}
+
+// windowSpan is a registered window: its handle and the memory it covers.
+type windowSpan struct {
+	h, base, size uintptr
+	symmetric     bool
+}
+
+// window is c's registration of handle h, if it has one.
+func (c *Comm) window(h uintptr) (windowSpan, bool) {
+	c.winMu.Lock()
+	defer c.winMu.Unlock()
+	for _, w := range c.wins {
+		if w.h == h {
+			return w, true
+		}
+	}
+	return windowSpan{}, false
+}
+
+// inSymmetricWindow is whether [p, p+n) lies inside one of c's symmetric
+// windows.
+func (c *Comm) inSymmetricWindow(p, n uintptr) bool {
+	c.winMu.Lock()
+	defer c.winMu.Unlock()
+	for _, w := range c.wins {
+		if w.symmetric && p >= w.base && p-w.base <= w.size && n <= w.size-(p-w.base) {
+			return true
+		}
+	}
+	return false
 }
 
 // Handle is the ncclWindow_t.
@@ -117,7 +152,12 @@ func (c *Comm) DeregisterWindow(w Window) error {
 	}
 	err = c.lib.call(fnCommWindowDeregister, h, w.h)
 	c.exit()
-	return c.settled(op, err)
+	if err = c.settled(op, err); err == nil {
+		c.winMu.Lock()
+		c.wins = slices.DeleteFunc(c.wins, func(s windowSpan) bool { return s.h == w.h })
+		c.winMu.Unlock()
+	}
+	return err
 }
 
 // MemAlloc allocates n elements of dt on device dev with NCCL's allocator

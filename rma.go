@@ -42,6 +42,20 @@ func (c *Comm) PutSignal(src Buffer, peer int, win Window, offset int, s Stream)
 	if offset < 0 {
 		return argError(name, "negative window offset %d", offset)
 	}
+	// What NCCL would refuse only inside the call, which leaves a
+	// non-blocking communicator in error for good, is refused here.
+	bytes := uintptr(src.n) * uintptr(src.dt.Size())
+	peerWin, ok := c.window(win.h)
+	switch {
+	case !ok:
+		return argError(name, "window %#x is not registered (deregistered?)", win.h)
+	case !peerWin.symmetric:
+		return argError(name, "the peer's window must be symmetric (WinCollSymmetric)")
+	case uintptr(offset) > peerWin.size || bytes > peerWin.size-uintptr(offset):
+		return argError(name, "%d bytes at offset %d overrun the window of %d bytes", bytes, offset, peerWin.size)
+	case !c.inSymmetricWindow(uintptr(src.ptr), bytes):
+		return argError(name, "src is not inside a symmetric window of this communicator (AllocSymmetric, or RegisterWindow with WinCollSymmetric)")
+	}
 	return c.stream(fnPutSignal, uintptr(src.ptr), uintptr(src.n), uintptr(src.dt), uintptr(int32(peer)), win.h, uintptr(offset),
 		0, 0, 0, 0, s.h)
 }
@@ -76,6 +90,15 @@ func (c *Comm) WaitSignal(waits []WaitSignalDesc, s Stream) error {
 	for i, w := range waits {
 		if w.OpCnt <= 0 {
 			return argError(name, "descriptor %d waits for %d signals", i, w.OpCnt)
+		}
+		// NCCL (through 2.30) has signal index 0 and context 0 only, and
+		// refuses others inside the call, which leaves a non-blocking
+		// communicator in error: refuse them here.
+		if w.SigIdx != 0 {
+			return argError(name, "descriptor %d: sigIdx %d (NCCL has signal index 0 only)", i, w.SigIdx)
+		}
+		if w.Ctx != 0 {
+			return argError(name, "descriptor %d: context %d (NCCL has context 0 only)", i, w.Ctx)
 		}
 		if err := c.checkRoot(name, "peer", int(w.Peer)); err != nil {
 			return err

@@ -2,6 +2,7 @@ package nccl_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math/rand/v2"
 	"strings"
@@ -110,9 +111,20 @@ func testPutSignal(t *testing.T, m commMode) {
 	})
 }
 
+// TestPutSignalRefusesBadInput: every bad argument is a typed error from
+// gonccl, before NCCL sees it: NCCL refuses some of them (a source outside
+// every symmetric window, a put past the window) only inside the call, which
+// leaves a non-blocking communicator in error for good (seen on NCCL 2.30.7,
+// modelled by the fake). Both kinds of communicator must work on afterwards.
 func TestPutSignalRefusesBadInput(t *testing.T) {
+	for _, m := range commModes {
+		t.Run(m.name, func(t *testing.T) { testPutSignalRefusesBadInput(t, m) })
+	}
+}
+
+func testPutSignalRefusesBadInput(t *testing.T, m commMode) {
 	l := open(t, "v230")
-	ranks := initRanks(t, l, 2)
+	ranks := initRanksCtx(t, l, 2, m.ctx(t))
 	all := []int{0, 1}
 	syms := make([]nccl.Buffer, 2)
 	onRanks(t, all, func(r int) (err error) {
@@ -155,6 +167,12 @@ func TestPutSignalRefusesBadInput(t *testing.T) {
 	}
 	if err := s.Synchronize(); err != nil { // nothing was enqueued
 		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	onRanks(t, all, func(r int) error { return sumCheck(ctx, ranks[r].comm, ranks[r].s, uint64(r), tags(0, 1)) })
+	if m.nonBlocking {
+		return
 	}
 
 	old := open(t, "default")

@@ -99,6 +99,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -714,6 +715,20 @@ static ncclResult_t live(comm* c, const char* fn) {
     }
     if (!c->ready) return fail(ncclInvalidUsage, "%s: communicator is still initializing", fn);
     return ncclSuccess;
+}
+
+/* ready_err is ncclCommEnsureReady's verdict on a non-blocking communicator
+ * that an earlier call left in error (poison): that error again. Most calls
+ * on a communicator make this check after their argument checks of the
+ * handle (window registration, properties, PreMulSum ops, finalize, split,
+ * shrink, grow, suspend, memory statistics); only ncclCommAbort frees such a
+ * communicator. */
+static ncclResult_t ready_err(comm* c) {
+    if (c->blocking) return ncclSuccess;
+    pthread_mutex_lock(&g);
+    ncclResult_t a = c->async;
+    pthread_mutex_unlock(&g);
+    return a == ncclInProgress ? ncclSuccess : a;
 }
 
 /* ---- groups: depth, pending tasks, the first failure and deferred inits belong to the calling thread ---- */
@@ -1335,7 +1350,7 @@ static void* split_later(void* p) {
 
 API ncclResult_t ncclCommSplit(comm* c, int color, int key, comm** out, const void* cfg) {
     ncclResult_t r = live(c, "ncclCommSplit");
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     if (!out) return fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
     if ((c->revoked || c->broken) && !one_process(c))
         return fail(ncclInvalidUsage, "ncclCommSplit: the fake splits a revoked communicator only within one process: across "
@@ -1415,7 +1430,7 @@ static void* finalize_later(void* p) {
 
 API ncclResult_t ncclCommFinalize(comm* c) {
     ncclResult_t r = live(c, "ncclCommFinalize");
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     if (c->revoked) return fail(ncclInvalidArgument, "ncclCommFinalize: calling ncclCommFinalize after ncclCommRevoke is invalid");
     if (!c->blocking) {
         c->async = ncclInProgress;
@@ -1512,7 +1527,7 @@ API ncclResult_t ncclCommGetAsyncError(comm* c, ncclResult_t* r) {
 
 API ncclResult_t ncclCommCount(comm* c, int* n) {
     ncclResult_t r = live(c, "ncclCommCount");
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     if (!n) return fail(ncclInvalidArgument, "ncclCommCount: count is NULL");
     *n = c->nranks;
     return ncclSuccess;
@@ -1520,7 +1535,7 @@ API ncclResult_t ncclCommCount(comm* c, int* n) {
 
 API ncclResult_t ncclCommCuDevice(comm* c, int* d) {
     ncclResult_t r = live(c, "ncclCommCuDevice");
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     if (!d) return fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
     *d = c->dev;
     return ncclSuccess;
@@ -1528,7 +1543,7 @@ API ncclResult_t ncclCommCuDevice(comm* c, int* d) {
 
 API ncclResult_t ncclCommUserRank(comm* c, int* rank) {
     ncclResult_t r = live(c, "ncclCommUserRank");
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     if (!rank) return fail(ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
     *rank = c->rank;
     return ncclSuccess;
@@ -2509,14 +2524,53 @@ static ncclResult_t check_buf(comm* c, const char* fn, const char* what, const v
     return ncclSuccess;
 }
 
-/* enqueue checks the arguments the way NCCL's ArgsCheck does, then submits. */
-static ncclResult_t enqueue_checked(int kind, const char* fn, const void* send, void* recv, size_t count, int type, int op,
-                            int root, comm* c, void* stream) {
+static ncclResult_t enqueue_args(int kind, const char* fn, const void* send, void* recv, size_t count, int type, int op,
+                            int root, comm* c, void* stream);
+
+/* comm_checks is what ncclEnqueueCheck checks before its argument checks: a
+ * valid, ready, unrevoked communicator; and, for a non-blocking one, no error
+ * left by an earlier call (ncclCommEnsureReady returns it again). */
+static ncclResult_t comm_checks(comm* c, const char* fn) {
     ncclResult_t r = live(c, fn);
     if (r) return r;
     if (c->revoked) return fail(ncclInvalidUsage, "%s : communicator was revoked", fn);
     if (c->broken) return fail(ncclInvalidUsage, "%s : %s", fn, broken_text);
     if (c->suspended) return fail(ncclInvalidUsage, "%s : communicator is suspended", fn);
+    if (!c->blocking) {
+        pthread_mutex_lock(&g);
+        ncclResult_t a = c->async;
+        pthread_mutex_unlock(&g);
+        if (a != ncclSuccess && a != ncclInProgress) return a;
+    }
+    return ncclSuccess;
+}
+
+/* poison is ncclEnqueueCheck's failure path: on a non-blocking communicator
+ * an operation refused after the communicator checks becomes the
+ * communicator's error (ncclCommSetAsyncError), and every later call returns
+ * it until the communicator is aborted. A blocking one is left as it was. */
+static ncclResult_t poison(comm* c, ncclResult_t r) {
+    if (r == ncclSuccess || r == ncclInProgress || c->blocking) return r;
+    pthread_mutex_lock(&g);
+    set_async(c, r);
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+    return r;
+}
+
+/* enqueue checks the arguments the way NCCL's ArgsCheck does, then submits. */
+static ncclResult_t enqueue_checked(int kind, const char* fn, const void* send, void* recv, size_t count, int type, int op,
+                            int root, comm* c, void* stream) {
+    ncclResult_t r = comm_checks(c, fn);
+    if (r) return r;
+    r = enqueue_args(kind, fn, send, recv, count, type, op, root, c, stream);
+    return poison(c, r);
+}
+
+/* enqueue_args is the rest of the checks, then the submission. */
+static ncclResult_t enqueue_args(int kind, const char* fn, const void* send, void* recv, size_t count, int type, int op,
+                            int root, comm* c, void* stream) {
+    ncclResult_t r;
     if (type < 0 || type >= NUM_TYPES) return fail(ncclInvalidArgument, "%s : invalid type %d", fn, type);
     int isop = kind == kAllReduce || kind == kReduce || kind == kReduceScatter;
     if (isop && (op < 0 || (op >= opPreMul && (op - opPreMul >= 32 || !c->premul_used[op - opPreMul]))))
@@ -2543,6 +2597,14 @@ static ncclResult_t enqueue_checked(int kind, const char* fn, const void* send, 
     }
     if ((r = check_buf(c, fn, "sendbuff", send, sb)) || (r = check_buf(c, fn, "recvbuff", recv, rb))) return r;
     if (count == 0 && kind != kSend && kind != kRecv) return ncclSuccess; /* nothing to do, as NCCL */
+#if NUM_TYPES > 10
+    /* One rank: NCCL runs a reduction as a copy, or with PreMulSum (which is
+     * also what Avg of a float becomes) as a kernel of its own whose fp8 cases
+     * are compiled out of the host code (onerank.cu tests __CUDA_ARCH__), so
+     * fp8 Avg and PreMulSum on one rank are refused, 2.24 to 2.30 alike. */
+    if (isop && n == 1 && (type == tE4M3 || type == tE5M2) && (op == opAvg || op >= opPreMul))
+        return fail(ncclInvalidArgument, "%s : one-rank PreMulSum of fp8 has no kernel", fn);
+#endif
     task* t = calloc(1, sizeof *t);
     *t = (task){.kind = kind, .type = type, .op = op, .root = root, .peer = root, .send = send, .recv = recv,
                 .count = count, .c = c, .stream = stream};
@@ -2601,7 +2663,7 @@ API ncclResult_t ncclScatter(const void* s, void* r, size_t count, int type, int
 
 API ncclResult_t ncclRedOpCreatePreMulSum(int* op, void* scalar, int type, int residence, comm* c) {
     ncclResult_t r = live(c, "ncclRedOpCreatePreMulSum");
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     if (!op || !scalar) return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: NULL argument");
     if (type < 0 || type >= NUM_TYPES) return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: invalid type %d", type);
     if (residence != 0 && residence != 1) return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: invalid residence %d", residence);
@@ -2694,7 +2756,7 @@ static void* register_later(void* p) {
 
 API ncclResult_t ncclCommWindowRegister(comm* c, void* buff, size_t size, window** win, int flags) {
     ncclResult_t r = live(c, "ncclCommWindowRegister");
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     if (!win) return fail(ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
     if ((r = check_buf(c, "ncclCommWindowRegister", "buff", buff, size))) return r;
     const char* null = getenv("FAKENCCL_NULL_WINDOW");
@@ -2776,7 +2838,7 @@ static void register_window(comm* c, void* buff, size_t size, window** win, int 
 
 API ncclResult_t ncclCommWindowDeregister(comm* c, window* w) {
     ncclResult_t r = live(c, "ncclCommWindowDeregister");
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     pthread_mutex_lock(&g);
     for (window** pw = &c->windows; *pw; pw = &(*pw)->next)
         if (*pw == w) {
@@ -3092,7 +3154,7 @@ static ncclResult_t new_child(comm* c, const void* cfg, const char* fn, comm** n
 API ncclResult_t ncclCommShrink(comm* c, int* excl, int nexcl, comm** out, const void* cfg, int flags) {
     const char* fn = "ncclCommShrink";
     ncclResult_t r = live(c, fn);
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     if (!out) return fail(ncclInvalidArgument, "%s: newcomm is NULL", fn);
     if (!excl) return fail(ncclInvalidArgument, "%s: excludeRanksList is NULL", fn);
     if (nexcl <= 0) return fail(ncclInvalidArgument, "%s: excludeRanksCount %d must be positive", fn, nexcl);
@@ -3172,7 +3234,7 @@ static ncclResult_t grow_publish(clique* q, uint64_t key, const netaddr* at, uin
 API ncclResult_t ncclCommGetUniqueId(comm* c, ncclUniqueId* id) {
     const char* fn = "ncclCommGetUniqueId";
     ncclResult_t r = live(c, fn);
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     if (!id) return fail(ncclInvalidArgument, "%s: uniqueId is NULL", fn);
     if (c->remote && (c->revoked || c->broken)) return fail(ncclInvalidUsage, "%s: %s", fn, grow_revoked_text);
     idinfo d;
@@ -3292,7 +3354,7 @@ API ncclResult_t ncclCommGrow(comm* c, int nranks, const ncclUniqueId* id, int r
     *out = NULL;
     if (!c) return grow_new(out, nranks, id, rank, cfg);
     ncclResult_t r = live(c, fn);
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     if (nranks <= c->nranks) return fail(ncclInvalidArgument, "%s: total ranks %d must exceed the current %d ranks", fn, nranks, c->nranks);
     if (rank != -1) return fail(ncclInvalidArgument, "%s: existing ranks must pass rank=-1, got %d", fn, rank);
     if (c->remote && (c->revoked || c->broken)) return fail(ncclInvalidUsage, "%s: %s", fn, grow_revoked_text);
@@ -3586,40 +3648,54 @@ static ncclResult_t put_signal(const void* src, size_t count, int type, int peer
 
 API ncclResult_t ncclPutSignal(const void* src, size_t count, int type, int peer, window* pw, size_t off, int sigIdx,
                                int ctx, unsigned flags, comm* c, void* stream) {
-    ncclResult_t r = group_err(put_signal(src, count, type, peer, pw, off, sigIdx, ctx, flags, c, stream));
+    ncclResult_t r = comm_checks(c, "ncclPutSignal");
+    if (!r) r = poison(c, put_signal(src, count, type, peer, pw, off, sigIdx, ctx, flags, c, stream));
+    r = group_err(r);
     inside_call(r == ncclSuccess ? c : NULL, "ncclPutSignal");
     return r;
 }
 
-API ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned flags, comm* c, void* stream) {
+static ncclResult_t signal_impl(int peer, int sigIdx, int ctx, unsigned flags, comm* c, void* stream) {
     ncclResult_t r = rma_check(c, "ncclSignal", peer, sigIdx, ctx, flags);
-    if (r) return group_err(r);
+    if (r) return r;
     rma_task* t = calloc(1, sizeof *t);
     *t = (rma_task){.c = c, .peer_comm = c->remote ? NULL : c->c->comm[peer], .kind = 1, .peer = peer, .wseq = -1};
     if (!t->peer_comm && !c->remote) {
         free(t);
-        return group_err(fail(ncclInvalidUsage, "ncclSignal: peer %d has not joined", peer));
+        return fail(ncclInvalidUsage, "ncclSignal: peer %d has not joined", peer);
     }
-    return group_err(rma_submit(t, stream, "ncclSignal"));
+    return rma_submit(t, stream, "ncclSignal");
 }
 
-API ncclResult_t ncclWaitSignal(int ndesc, const waitdesc* descs, comm* c, void* stream) {
+static ncclResult_t wait_signal_impl(int ndesc, const waitdesc* descs, comm* c, void* stream) {
     const char* fn = "ncclWaitSignal";
     ncclResult_t r = rma_check(c, fn, 0, 0, 0, 0);
-    if (r) return group_err(r);
-    if (!descs || ndesc <= 0) return group_err(fail(ncclInvalidArgument, "ncclWaitSignal: invalid arguments"));
+    if (r) return r;
+    if (!descs || ndesc <= 0) return fail(ncclInvalidArgument, "ncclWaitSignal: invalid arguments");
     for (int i = 0; i < ndesc; i++) {
         const waitdesc* d = &descs[i];
-        if (d->opCnt <= 0) return group_err(fail(ncclInvalidArgument, "ncclWaitSignal: descriptor %d has invalid opCnt %d", i, d->opCnt));
-        if (d->sigIdx != 0) return group_err(fail(ncclInvalidArgument, "ncclWaitSignal: descriptor %d has invalid sigIdx %d (must be 0)", i, d->sigIdx));
-        if (d->ctx != 0) return group_err(fail(ncclInvalidArgument, "ncclWaitSignal: descriptor %d has invalid context %d (must be 0)", i, d->ctx));
+        if (d->opCnt <= 0) return fail(ncclInvalidArgument, "ncclWaitSignal: descriptor %d has invalid opCnt %d", i, d->opCnt);
+        if (d->sigIdx != 0) return fail(ncclInvalidArgument, "ncclWaitSignal: descriptor %d has invalid sigIdx %d (must be 0)", i, d->sigIdx);
+        if (d->ctx != 0) return fail(ncclInvalidArgument, "ncclWaitSignal: descriptor %d has invalid context %d (must be 0)", i, d->ctx);
         if (d->peer < 0 || d->peer >= c->nranks)
-            return group_err(fail(ncclInvalidArgument, "ncclWaitSignal: descriptor %d has invalid peer %d", i, d->peer));
+            return fail(ncclInvalidArgument, "ncclWaitSignal: descriptor %d has invalid peer %d", i, d->peer);
     }
     rma_task* t = calloc(1, sizeof *t);
     *t = (rma_task){.c = c, .kind = 2, .ndesc = ndesc, .descs = malloc((size_t)ndesc * sizeof *descs)};
     memcpy(t->descs, descs, (size_t)ndesc * sizeof *descs); /* read now, as NCCL copies them into its task */
-    return group_err(rma_submit(t, stream, fn));
+    return rma_submit(t, stream, fn);
+}
+
+API ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned flags, comm* c, void* stream) {
+    ncclResult_t r = comm_checks(c, "ncclSignal");
+    if (!r) r = poison(c, signal_impl(peer, sigIdx, ctx, flags, c, stream));
+    return group_err(r);
+}
+
+API ncclResult_t ncclWaitSignal(int ndesc, const waitdesc* descs, comm* c, void* stream) {
+    ncclResult_t r = comm_checks(c, "ncclWaitSignal");
+    if (!r) r = poison(c, wait_signal_impl(ndesc, descs, c, stream));
+    return group_err(r);
 }
 
 API ncclResult_t ncclWinGetUserPtr(comm* c, window* w, void** out) {
@@ -3684,7 +3760,7 @@ API ncclResult_t ncclGroupSimulateEnd(void* sim) {
 API ncclResult_t ncclCommQueryProperties(comm* c, void* props) {
     const char* fn = "ncclCommQueryProperties";
     ncclResult_t r = live(c, fn);
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     if (!props) return fail(ncclInvalidArgument, "%s: props is NULL", fn);
     char* p = props;
     size_t size;
@@ -3714,7 +3790,7 @@ API ncclResult_t ncclCommQueryProperties(comm* c, void* props) {
 
 API ncclResult_t ncclCommSuspend(comm* c, int flags) {
     ncclResult_t r = live(c, "ncclCommSuspend");
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     if (!(flags & 1)) return ncclSuccess; /* NCCL_SUSPEND_MEM is the only thing to suspend */
     pthread_mutex_lock(&g);
     int already = c->suspended;
@@ -3726,7 +3802,7 @@ API ncclResult_t ncclCommSuspend(comm* c, int flags) {
 
 API ncclResult_t ncclCommResume(comm* c) {
     ncclResult_t r = live(c, "ncclCommResume");
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     pthread_mutex_lock(&g);
     int was = c->suspended;
     c->suspended = 0;
@@ -3737,7 +3813,7 @@ API ncclResult_t ncclCommResume(comm* c) {
 
 API ncclResult_t ncclCommMemStats(comm* c, int stat, uint64_t* value) {
     ncclResult_t r = live(c, "ncclCommMemStats");
-    if (r) return r;
+    if (r || (r = ready_err(c))) return r;
     if (!value) return ncclInvalidArgument;
     uint64_t scratch = c->suspended ? 0 : FAKE_SCRATCH_BYTES;
     switch (stat) {
@@ -3750,28 +3826,108 @@ API ncclResult_t ncclCommMemStats(comm* c, int stat, uint64_t* value) {
 }
 #endif
 
-/* ---- parameters (2.30.4): a registry of four keys, read from the
- * environment at each call. 2.30.4 and 2.30.7 spell the handle type
- * differently (ncclParamHandle_t* vs a pointer typedef); both pass one
- * pointer, as here. ---- */
+/* ---- parameters (2.30.4): the registry of 2.30.7 as a program sees it
+ * before creating a communicator. Only parameters defined with
+ * DEFINE_NCCL_PARAM are registered (debug.cc): the six published ones, and
+ * NCCL_WARN_ENABLE_DEBUG_INFO, listed with NCCL_PARAM_DUMP_ALL=true. The
+ * NCCL_PARAM ones (NCCL_BUFFSIZE, NCCL_NVLS_ENABLE, ...) are not in it: Bind
+ * and GetParameter refuse them. Values are rendered as NCCL's parsers render
+ * them: integers in decimal, booleans TRUE/FALSE, an enum by its option name
+ * ("<unknown>" for NCCL_DEBUG's unnamed default), a bit set as the option
+ * that equals it or its single-bit options joined by commas, "NONE" when
+ * empty. Read from the environment at each call (NCCL reads once). 2.30.4 and
+ * 2.30.7 spell the handle type differently (ncclParamHandle_t* vs a pointer
+ * typedef); both pass one pointer, as here. ---- */
 #if HAS_230
-enum { P_I8, P_I16, P_I32, P_I64, P_U8, P_U16, P_U32, P_U64, P_CSTR };
+enum { P_I8, P_I16, P_I32, P_I64, P_U8, P_U16, P_U32, P_U64, P_BOOL, P_CSTR, P_RAW };
+typedef struct opt {
+    const char* name;
+    uint64_t value;
+} opt;
+static const opt debug_levels[] = {{"VERSION", 1}, {"WARN", 2}, {"INFO", 3}, {"ABORT", 4}, {"TRACE", 5}, {NULL, 0}};
+static const opt subsystems[] = {{"INIT", 0x1}, {"COLL", 0x2}, {"P2P", 0x4}, {"SHM", 0x8}, {"NET", 0x10}, {"GRAPH", 0x20},
+                                 {"TUNING", 0x40}, {"ENV", 0x80}, {"ALLOC", 0x100}, {"ALLOC_HOST", 0x20000}, {"CALL", 0x200},
+                                 {"PROXY", 0x400}, {"NVLS", 0x800}, {"BOOTSTRAP", 0x1000}, {"REG", 0x2000}, {"PROFILE", 0x4000},
+                                 {"RAS", 0x8000}, {"DESTROY", 0x10000}, {"ALL", ~0ull}, {NULL, 0}};
+static const opt stamp_levels[] = {{"VERSION", 1u << 1}, {"WARN", 1u << 2}, {"INFO", 1u << 3}, {"ABORT", 1u << 4},
+                                   {"TRACE", 1u << 5}, {"ALL", 0x3e}, {NULL, 0}};
+enum { R_PLAIN, R_ONEOF, R_BITSET };
 typedef struct param {
     const char* key;
     int type;
-    const char* dflt;
+    const char* dflt; /* NULL: a null string */
+    int render;
+    const opt* opts;
+    int published;
 } param;
 static param params[] = {
-    {"NCCL_BUFFSIZE", P_I64, "4194304"},
-    {"NCCL_NTHREADS", P_I32, "512"},
-    {"NCCL_P2P_LEVEL", P_CSTR, "SYS"},
-    {"NCCL_IB_TC", P_U8, "0"},
+    {"NCCL_DEBUG", P_RAW, NULL, R_ONEOF, debug_levels, 1},
+    {"NCCL_DEBUG_SUBSYS", P_U64, "INIT,BOOTSTRAP,ENV", R_BITSET, subsystems, 1},
+    {"NCCL_WARN_ENABLE_DEBUG_INFO", P_BOOL, "FALSE", R_PLAIN, NULL, 0},
+    {"NCCL_DEBUG_TIMESTAMP_LEVELS", P_U32, "WARN", R_BITSET, stamp_levels, 1},
+    {"NCCL_DEBUG_TIMESTAMP_FORMAT", P_CSTR, "[%F %T] ", R_PLAIN, NULL, 1},
+    {"NCCL_DEBUG_FILE", P_CSTR, NULL, R_PLAIN, NULL, 1},
+    {"NCCL_SET_THREAD_NAME", P_BOOL, "FALSE", R_PLAIN, NULL, 1},
 };
 #define NPARAMS ((int)(sizeof params / sizeof params[0]))
 
 static const char* param_value(const param* p) {
     const char* v = getenv(p->key);
     return v && *v ? v : p->dflt;
+}
+
+/* bits parses a bit set ("^" inverts, names case-insensitive); an unknown
+ * name makes the default stand. */
+static uint64_t bits(const param* p) {
+    const char* v = param_value(p);
+    for (int pass = 0; pass < 2; pass++, v = p->dflt) {
+        int invert = *v == '^';
+        uint64_t r = invert ? ~0ull : 0;
+        int ok = 1;
+        for (const char* t = v + invert; *t && ok;) {
+            size_t n = strcspn(t, ",");
+            ok = 0;
+            for (const opt* o = p->opts; o->name; o++)
+                if (strlen(o->name) == n && strncasecmp(o->name, t, n) == 0) {
+                    r = invert ? r & ~o->value : r | o->value;
+                    ok = 1;
+                }
+            t += n + (t[n] == ',');
+        }
+        if (ok) return r;
+    }
+    return 0;
+}
+
+/* render writes p's value as NCCL's toString does. */
+static void render(const param* p, char* buf, size_t size) {
+    const char* v = param_value(p);
+    if (p->render == R_ONEOF) {
+        const char* name = "<unknown>";
+        for (const opt* o = p->opts; v && o->name; o++)
+            if (strcasecmp(o->name, v) == 0) name = o->name;
+        snprintf(buf, size, "%s", name);
+    } else if (p->render == R_BITSET) {
+        uint64_t b = bits(p);
+        if (p->type == P_U32) b &= 0xffffffffu;
+        buf[0] = 0;
+        for (const opt* o = p->opts; o->name; o++)
+            if ((p->type == P_U32 ? (o->value & 0xffffffffu) : o->value) == b) {
+                snprintf(buf, size, "%s", o->name);
+                return;
+            }
+        for (const opt* o = p->opts; o->name; o++)
+            if (o->value && !(o->value & (o->value - 1)) && (b & o->value) == o->value) {
+                size_t k = strlen(buf);
+                snprintf(buf + k, size - k, "%s%s", k ? "," : "", o->name);
+                b &= ~o->value;
+            }
+        if (!buf[0]) snprintf(buf, size, "NONE");
+    } else if (p->type == P_BOOL) {
+        snprintf(buf, size, "%s", v && (strcasecmp(v, "1") == 0 || strcasecmp(v, "T") == 0 || strcasecmp(v, "TRUE") == 0) ? "TRUE" : "FALSE");
+    } else {
+        snprintf(buf, size, "%s", v ? v : "");
+    }
 }
 
 API ncclResult_t ncclParamBind(param** out, const char* key) {
@@ -3788,12 +3944,17 @@ static ncclResult_t param_get(const param* h, int type, void* out, size_t size) 
     if (!h || !out) return ncclInvalidArgument;
     if (h < params || h >= params + NPARAMS) return fail(ncclInvalidArgument, "PARAM: invalid handle %p", (const void*)h);
     if (h->type != type) return fail(ncclInvalidArgument, "PARAM: type mismatch for key \"%s\"", h->key);
+    if (h->render == R_BITSET) {
+        uint64_t x = bits(h);
+        memcpy(out, &x, size); /* little-endian: the low bytes */
+        return ncclSuccess;
+    }
     const char* v = param_value(h);
     if (type <= P_I64) {
-        int64_t x = strtoll(v, NULL, 0);
-        memcpy(out, &x, size); /* little-endian: the low bytes */
+        int64_t x = strtoll(v, NULL, 10);
+        memcpy(out, &x, size);
     } else {
-        uint64_t x = strtoull(v, NULL, 0);
+        uint64_t x = strtoull(v, NULL, 10);
         memcpy(out, &x, size);
     }
     return ncclSuccess;
@@ -3814,7 +3975,7 @@ API ncclResult_t ncclParamGetStr(const param* h, const char** out) {
     if (!h || !out) return ncclInvalidArgument;
     if (h < params || h >= params + NPARAMS) return fail(ncclInvalidArgument, "PARAM: invalid handle %p", (const void*)h);
     if (h->type != P_CSTR) return fail(ncclInvalidArgument, "PARAM: type mismatch for key \"%s\"", h->key);
-    snprintf(param_buf, sizeof param_buf, "%s", param_value(h));
+    render(h, param_buf, sizeof param_buf);
     *out = param_buf;
     return ncclSuccess;
 }
@@ -3824,7 +3985,7 @@ API ncclResult_t ncclParamGetParameter(const char* key, const char** value, int*
     param* h = NULL;
     ncclResult_t r = ncclParamBind(&h, key);
     if (r) return r;
-    snprintf(param_buf, sizeof param_buf, "%s", param_value(h));
+    render(h, param_buf, sizeof param_buf);
     *value = param_buf;
     *len = (int)strlen(param_buf);
     return ncclSuccess;
@@ -3834,9 +3995,12 @@ static __thread const char* param_keys[NPARAMS + 1];
 
 API ncclResult_t ncclParamGetAllParameterKeys(const char*** table, int* n) {
     if (!table || !n) return ncclInvalidArgument;
-    for (int i = 0; i < NPARAMS; i++) param_keys[i] = params[i].key;
+    const char* all = getenv("NCCL_PARAM_DUMP_ALL");
+    int show = all && (strcasecmp(all, "true") == 0 || strcmp(all, "1") == 0), k = 0;
+    for (int i = 0; i < NPARAMS; i++)
+        if (params[i].published || show) param_keys[k++] = params[i].key;
     *table = param_keys;
-    *n = NPARAMS;
+    *n = k;
     return ncclSuccess;
 }
 #endif

@@ -140,9 +140,15 @@ func rank(ctx context.Context, lib *nccl.Library, id nccl.UniqueID, dev, n, r in
 		return t, err
 	}
 	defer closeComm(comm, p.timeout, &err) // runs after the graph's Destroy below
-	// Nothing NCCL enqueues can outlive the deadline: abort there.
+	// Nothing NCCL enqueues can outlive the deadline: abort there (which
+	// destroys the graphs holding the communicator), and say so.
 	stop := context.AfterFunc(ctx, func() { comm.Abort() })
 	defer stop()
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			err = fmt.Errorf("%w (the -timeout of %v passed: the communicator was aborted)", err, p.timeout)
+		}
+	}()
 	cu := lib.CUDA()
 	s, err := cu.NewStream(dev, nccl.StreamNonBlocking)
 	if err != nil {

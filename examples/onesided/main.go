@@ -85,6 +85,16 @@ func main() {
 		log.Fatal(err)
 	}
 	n := *ngpu
+	visible, err := lib.CUDA().DeviceCount()
+	if err != nil {
+		log.Fatal(err)
+	}
+	devs := make([]int, n)
+	for r := range devs { // a GPU each, or shared under NCCL_MULTI_RANK_GPU_ENABLE=1
+		if devs[r], err = (launch.Job{LocalRank: r, SharedGPUs: job.SharedGPUs}).Device(visible); err != nil {
+			log.Fatal(err)
+		}
+	}
 	ctx, fail := context.WithCancel(ctx) // a rank that fails ends the others' waits
 	defer fail()
 	lines, errs := make([]string, n), make([]error, n)
@@ -93,7 +103,7 @@ func main() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if lines[r], errs[r] = rank(ctx, lib, id, r, n, r, *size, *offset, *timeout, "", func() {}); errs[r] != nil {
+			if lines[r], errs[r] = rank(ctx, lib, id, devs[r], n, r, *size, *offset, *timeout, "", func() {}); errs[r] != nil {
 				errs[r] = fmt.Errorf("rank %d: %w", r, errs[r])
 				fail()
 			}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ebitengine/purego"
@@ -99,6 +100,54 @@ func BenchmarkAllReduceCgo(b *testing.B) {
 			b.Fatal(r)
 		}
 	}
+}
+
+// The parts of the hot path's cost, on the same call as AllReduceCgo:
+// AllReduceCcall is gonccl's bare call path (internal/ccall, no checks, no
+// lifecycle), AllReduceCcallLifecycle adds the two atomic adds with which
+// every operation counts itself in and out of the communicator (what makes
+// Abort safe from any goroutine). AllReduceGonccl less AllReduceCcallLifecycle
+// is what the argument checks, the capture check and the Go calls cost.
+
+func BenchmarkAllReduceCcall(b *testing.B) {
+	f, p, ch, sh := rawAllReduce(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := ccall.Call(f, p, p, 0, 7, 0, ch, sh); r != 0 {
+			b.Fatal(r)
+		}
+	}
+}
+
+func BenchmarkAllReduceCcallLifecycle(b *testing.B) {
+	f, p, ch, sh := rawAllReduce(b)
+	var life atomic.Int64 // as nccl.Comm's: state in the high half, calls in the low
+	b.ReportAllocs()
+	for b.Loop() {
+		if life.Add(1)>>32 != 0 {
+			b.Fatal("not open")
+		}
+		r := ccall.Call(f, p, p, 0, 7, 0, ch, sh)
+		if life.Add(-1) == 2<<32 {
+			b.Fatal("aborted")
+		}
+		if r != 0 {
+			b.Fatal(r)
+		}
+	}
+}
+
+// rawAllReduce is ncclAllReduce's address and the arguments AllReduceCgo passes.
+func rawAllReduce(b *testing.B) (f, buf, comm, stream uintptr) {
+	_, c, bf, s := setup(b)
+	h, err := purego.Dlopen(filepath.Join(fakes.NCCL(b, "default"), "libnccl.so.2"), purego.RTLD_NOW)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if f, err = purego.Dlsym(h, "ncclAllReduce"); err != nil {
+		b.Fatal(err)
+	}
+	return f, uintptr(bf.Ptr()), c.Handle(), s.Handle()
 }
 
 // Open: gonccl's Open (search, ELF check, dlopen, every symbol, the version)
