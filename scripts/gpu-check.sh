@@ -103,7 +103,7 @@ run)
     local code
     code=$(env "$@" .gpu/bin/nccl-info 2>/dev/null | sed -n 's/.*(code \([0-9]*\)).*/\1/p' | head -1)
     newer() {
-      if [ -z "$TWO" ] && [[ " $* " == *" -np 2 "* || " $* " == *faulttolerant* ]]; then
+      if [ -z "$TWO" ] && [[ " $* " == *" -np 2 "* || " $* " == *faulttolerant* || " $* " == *onesided* ]]; then
         echo "   example skipped (two ranks, one GPU): $*" | tee -a "$summary"
         return
       fi
