@@ -12,9 +12,9 @@ func (e *DeviceError) Error() string {
 	if e.Visible <= 0 {
 		return fmt.Sprintf("launch: local rank %d: no GPU is visible", e.LocalRank)
 	}
-	return fmt.Sprintf("launch: local rank %d has no GPU of its own: %d visible (devices 0-%d); start at most %d processes on this node, "+
+	return fmt.Sprintf("launch: local rank %d has no GPU of its own: %d visible (devices 0-%d); run no more ranks on this node than GPUs, "+
 		"or let ranks share GPUs with NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL 2.30 and later)",
-		e.LocalRank, e.Visible, e.Visible-1, e.Visible)
+		e.LocalRank, e.Visible, e.Visible-1)
 }
 
 // Device is the CUDA device of this process among visible ones (the CUDA
