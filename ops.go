@@ -32,11 +32,9 @@ func (c *Comm) AllReduce(send, recv Buffer, op RedOp, s Stream) error {
 			return err
 		}
 	}
-	if op >= Avg && c.nranks == 1 {
-		var err error
-		if op, err = oneRankOp(name, op, recv.dt); err != nil {
-			return err
-		}
+	op, err := c.reduceOp(name, op, recv.dt)
+	if err != nil {
+		return err
 	}
 	return c.stream(fnAllReduce, uintptr(send.ptr), uintptr(recv.ptr), uintptr(recv.n), uintptr(recv.dt), uintptr(op), 0, s.h)
 }
@@ -84,11 +82,9 @@ func (c *Comm) Reduce(send, recv Buffer, op RedOp, root int, s Stream) error {
 			return err
 		}
 	}
-	if op >= Avg && c.nranks == 1 {
-		var err error
-		if op, err = oneRankOp(name, op, send.dt); err != nil {
-			return err
-		}
+	op, err := c.reduceOp(name, op, send.dt)
+	if err != nil {
+		return err
 	}
 	if c.rank != root {
 		recv.ptr = send.ptr
@@ -127,11 +123,9 @@ func (c *Comm) ReduceScatter(send, recv Buffer, op RedOp, s Stream) error {
 			return err
 		}
 	}
-	if op >= Avg && c.nranks == 1 {
-		var err error
-		if op, err = oneRankOp(name, op, recv.dt); err != nil {
-			return err
-		}
+	op, err := c.reduceOp(name, op, recv.dt)
+	if err != nil {
+		return err
 	}
 	return c.stream(fnReduceScatter, uintptr(send.ptr), uintptr(recv.ptr), uintptr(recv.n), uintptr(recv.dt), uintptr(op), 0, s.h)
 }
@@ -476,6 +470,15 @@ func (c *Comm) checkBuf(op, name string, b Buffer, dt DataType, want int, s Stre
 		return argError(op, "stream is on device %d, the communicator on device %d", s.dev, c.dev)
 	}
 	return nil
+}
+
+// reduceOp is op, or on a communicator of one rank what oneRankOp makes of
+// it; small enough to inline, so the common case costs one comparison.
+func (c *Comm) reduceOp(name string, op RedOp, dt DataType) (RedOp, error) {
+	if op < Avg || c.nranks != 1 {
+		return op, nil
+	}
+	return oneRankOp(name, op, dt)
 }
 
 // oneRankOp is the reduction to pass NCCL on a communicator of one rank. There
