@@ -1444,6 +1444,7 @@ API ncclResult_t ncclCommFinalize(comm* c) {
 }
 
 static long warn_ms(void);
+static struct timespec warn_deadline(void);
 
 /* wait_graphs is NCCL's commDestroySync (2.26 and later): "keep polling
  * until all graphs referencing us die", in ncclCommDestroy and in
@@ -1454,15 +1455,7 @@ static long warn_ms(void);
  * after the destroy uses freed memory (graph_comm). */
 static void wait_graphs(comm* c, const char* fn) {
 #if GRAPH_WAIT
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    long ms = warn_ms();
-    dl.tv_sec += ms / 1000;
-    dl.tv_nsec += ms % 1000 * 1000000;
-    if (dl.tv_nsec >= 1000000000) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000;
-    }
+    struct timespec dl = warn_deadline();
     int warned = 0;
     while (c->graph_refs > 0) {
         if (warned) {
@@ -1480,6 +1473,20 @@ static void wait_graphs(comm* c, const char* fn) {
         pthread_mutex_lock(&g);
     }
 #endif
+}
+
+/* warn_deadline is now plus warn_ms, for a timed wait that warns once. */
+static struct timespec warn_deadline(void) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    long ms = warn_ms();
+    dl.tv_sec += ms / 1000;
+    dl.tv_nsec += ms % 1000 * 1000000;
+    if (dl.tv_nsec >= 1000000000) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000;
+    }
+    return dl;
 }
 
 static ncclResult_t release(comm* c, const char* fn, int wait) {
@@ -2237,15 +2244,7 @@ static int missing(clique* q, uint64_t need) {
  * waits: on stderr, or in a note to the remote rank c stands for (note_fd). */
 static int connect_wait(comm* c, uint64_t need, const char* fn, int note_fd) {
     clique* q = c->c;
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    long ms = warn_ms();
-    dl.tv_sec += ms / 1000;
-    dl.tv_nsec += ms % 1000 * 1000000;
-    if (dl.tv_nsec >= 1000000000) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000;
-    }
+    struct timespec dl = warn_deadline();
     int warned = 0;
     while (missing(q, need) >= 0 && !stopped(c)) {
         if (warned) {
