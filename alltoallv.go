@@ -62,23 +62,24 @@ func (c *Comm) AlltoAllv(send, recv Buffer, m Layout, s Stream) error {
 	if !local {
 		row = m.row(c.rank, n)
 	}
-	if err := c.lib.groupBegin(); err != nil {
+	g, mark, err := c.lib.groupBegin()
+	if err != nil {
 		return err
 	}
 	dt := recv.dt
 	for p := range n {
 		if k := int(row.SendCounts[p]); k > 0 {
-			if err = c.p2p(fnSend, send.ptr+offset(dt, int(row.SendDispls[p])), k, dt, p, s); err != nil {
+			if err = c.p2p(g, fnSend, send.ptr+offset(dt, int(row.SendDispls[p])), k, dt, p, s); err != nil {
 				break
 			}
 		}
 		if k := int(row.RecvCounts[p]); k > 0 {
-			if err = c.p2p(fnRecv, recv.ptr+offset(dt, int(row.RecvDispls[p])), k, dt, p, s); err != nil {
+			if err = c.p2p(g, fnRecv, recv.ptr+offset(dt, int(row.RecvDispls[p])), k, dt, p, s); err != nil {
 				break
 			}
 		}
 	}
-	return c.lib.groupEnd(err)
+	return c.lib.groupEnd(g, mark, err)
 }
 
 // alltoallvNative calls VCCL's ncclAlltoAllv in the form the library was opened
@@ -98,15 +99,7 @@ func (c *Comm) alltoallvNative(send, recv Buffer, m Layout, s Stream) error {
 	} else {
 		err = c.stream(fnAlltoAllv, uintptr(send.ptr), sc, sd, uintptr(recv.ptr), rc, rd, 0, 0, uintptr(recv.dt), 0, s.h)
 	}
-	if l.groupsOpen.Load() == 0 {
-		l.unpin(pin) // not in a group: NCCL is done with the matrices
-		return err
-	}
-	// Perhaps inside a group: kept until no group is open (see Group).
-	l.pinsMu.Lock()
-	l.pins = append(l.pins, pin)
-	l.pinsMu.Unlock()
-	l.releasePins()
+	l.unpinAfter(pin) // inside a group, NCCL reads them when it launches
 	return err
 }
 

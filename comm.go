@@ -3,8 +3,6 @@ package nccl
 import (
 	"context"
 	"fmt"
-	"math/bits"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,18 +16,23 @@ import (
 //
 // # Concurrency
 //
-// Every method may be called from any goroutine, but operations on one
-// communicator must reach NCCL in the same order on every rank: NCCL matches
-// the n-th operation of each rank with the n-th of the others. Two goroutines
-// issuing operations on one communicator at once interleave them differently
-// on different ranks, and the results are wrong or the job hangs. Issue a
-// communicator's operations from one goroutine at a time (or order them
-// yourself); use one communicator per concurrent stream of operations.
+// Operations on one communicator must reach NCCL in the same order on every
+// rank: NCCL matches the n-th operation of each rank with the n-th of the
+// others. Issue a communicator's operations from one goroutine at a time. NCCL
+// also forbids calls in parallel on different communicators of one device
+// (docs: usage/threadsafety.rst): issue the operations of all communicators of
+// a device from one goroutine at a time too. Goroutines driving different
+// devices, each with its own communicators, run in parallel.
 //
-// Abort may be called at any moment from any goroutine: it is the way out of a
-// hung operation. It never frees the communicator under a call still inside
-// NCCL: the last such call to return frees it. After Abort or Close, every
-// method returns an error matching ErrClosed.
+// gonccl makes the rest safe from any goroutine at any moment: Abort, Wait,
+// AsyncError, Done, and the accessors. Polls of NCCL's asynchronous state take
+// turns across the library (two threads completing one non-blocking group
+// kill the process). Abort never frees a communicator under a call still
+// inside NCCL, nor while a call is inside NCCL on another rank of the same
+// communicator held in this process (NCCL frees them together and forbids
+// it); a group's launch counts as a call on each of its communicators. The
+// last such call to return frees it. After Abort or Close, every method
+// returns an error matching ErrClosed.
 //
 // # Blocking and non-blocking communicators
 //
@@ -58,19 +61,21 @@ type Comm struct {
 	// closing, for Close's own calls). Abort moves the state to aborting;
 	// whoever sees the count reach zero in that state frees the communicator,
 	// so it is never freed under a call.
-	life       atomic.Int64
-	released   atomic.Bool
-	revoked    atomic.Bool   // Revoke succeeded: Close destroys without finalizing
-	revoking   atomic.Bool   // a revoke was started (by Revoke or a Wait's deadline)
-	onDeadline atomic.Int32  // DeadlineAction of Wait
-	done       chan struct{} // closed once freed
-	freeErr    error         // what freeing returned; read after done
+	life     atomic.Int64
+	released atomic.Bool
+	revoked  atomic.Bool // Revoke succeeded: Close destroys without finalizing
+	revoking atomic.Bool // a revoke was started (by Revoke or a Wait's deadline)
+	// Shrink with ShrinkAbort was called: Close aborts instead of destroying.
+	abortOnClose atomic.Bool
+	onDeadline   atomic.Int32  // DeadlineAction of Wait
+	done         chan struct{} // closed once freed
+	freeErr      error         // what freeing returned; read after done
 
 	keptMu sync.Mutex
 	kept   []*uintptr // where NCCL writes after a call returned (non-blocking Split, windows)
 
-	slots     [4]int32      // where ncclCommGetAsyncError writes, for concurrent polls
-	slotsBusy atomic.Uint32 // which slots are in use
+	q         *clique       // the ranks of its communicator held in this process
+	deriveSeq atomic.Uint64 // derives (Split, Shrink, Grow) started, for their cliques' keys
 
 	graphs    atomic.Int32 // live Graphs holding its operations (see Graph)
 	graphMu   sync.Mutex
@@ -106,9 +111,11 @@ const (
 	stClosed
 )
 
-// newComm wraps a handle NCCL returned and counts it open in the library.
-func (l *Library) newComm(h uintptr, dev, rank, nranks int, blocking bool, cfg *configBuffer) *Comm {
+// newComm wraps a handle NCCL returned and counts it open in the library, in
+// the clique of key (see clique).
+func (l *Library) newComm(h uintptr, dev, rank, nranks int, blocking bool, cfg *configBuffer, key uint64) *Comm {
 	c := &Comm{lib: l, h: h, dev: dev, rank: rank, nranks: nranks, blocking: blocking, cfg: cfg, done: make(chan struct{})}
+	l.joinClique(c, key)
 	l.track(c)
 	return c
 }
@@ -140,12 +147,43 @@ func (c *Comm) moveState(to int32, from ...int32) (int64, bool) {
 }
 
 // enter admits a call into NCCL on c's handle. closing admits Close's own
-// calls while it finalizes. Every successful enter is paired with exit.
+// calls while it finalizes. Every successful enter is paired with exit. While
+// an abort frees a member of c's clique, it waits (see clique).
 func (c *Comm) enter(op string, closing bool) (uintptr, error) {
-	if s := stateOf(c.life.Add(1)); s != stOpen && (!closing || s != stClosing) {
-		return 0, c.refuse(op)
+	for {
+		v := c.life.Add(1)
+		s := stateOf(v)
+		if s != stOpen && (!closing || s != stClosing) {
+			return 0, c.refuse(op)
+		}
+		if c.q.gate.Load() == 0 {
+			return c.h, nil
+		}
+		c.exit()
+		c.q.waitOpen()
 	}
-	return c.h, nil
+}
+
+// Results of admit.
+const (
+	admitted = iota
+	admitGated
+	admitClosed
+)
+
+// admit is enter for a group's members: it counts a call in, or reports
+// that the communicator is closed, or that its clique's gate is closed (then
+// nothing is counted).
+func (c *Comm) admit() int {
+	if stateOf(c.life.Add(1)) != stOpen {
+		c.exit()
+		return admitClosed
+	}
+	if c.q.gate.Load() != 0 {
+		c.exit()
+		return admitGated
+	}
+	return admitted
 }
 
 // refuse undoes the count of a call that was not admitted and returns its
@@ -168,7 +206,7 @@ func (c *Comm) exit() {
 // lastOut frees the communicator for the last call out after Abort.
 //
 //go:noinline
-func (c *Comm) lastOut() { c.free(fnCommAbort) }
+func (c *Comm) lastOut() { c.abortFree() }
 
 // free releases the handle once, with ncclCommAbort or ncclCommDestroy.
 func (c *Comm) free(sym int) error {
@@ -189,7 +227,16 @@ func (c *Comm) free(sym int) error {
 			g.destroyForAbort()
 		}
 	}
-	err := c.lib.call(sym, c.h)
+	var err error
+	if sym == fnCommAbort {
+		// ncclCommAbort completes the communicator's pending non-blocking
+		// group as a poll does (ncclCommEnsureReady): not beside one.
+		c.lib.pollMu.Lock()
+		err = c.lib.call(sym, c.h)
+		c.lib.pollMu.Unlock()
+	} else {
+		err = c.lib.call(sym, c.h)
+	}
 	if isInProgress(err) { // a non-blocking destroy runs on; NCCL owns it now
 		err = nil
 	}
@@ -197,6 +244,7 @@ func (c *Comm) free(sym int) error {
 	c.moveState(stClosed, stOpen, stClosing, stAborting)
 	c.cfg.free()
 	c.lib.untrack(c)
+	c.lib.leaveClique(c, sym == fnCommAbort)
 	close(c.done)
 	return err
 }
@@ -224,7 +272,7 @@ func (c *Comm) Abort() error {
 		return &ClosedError{Op: "ncclCommAbort", What: "communicator"}
 	}
 	if v&callMask == 0 { // nothing inside NCCL: free now
-		return c.free(fnCommAbort)
+		return c.abortFree()
 	}
 	return nil
 }
@@ -237,6 +285,11 @@ func (c *Comm) Abort() error {
 //
 // Only a non-blocking communicator's Close can be interrupted (see Comm).
 //
+// A communicator that Shrink was called on with ShrinkAbort is aborted, not
+// finalized and destroyed: the shrink aborted its outstanding work, and NCCL
+// 2.31.2's ncclCommDestroy would wait for its excluded ranks on a barrier
+// with no timeout.
+//
 // While CUDA graphs captured through gonccl hold the communicator's
 // operations, Close refuses with an error matching ErrGraphsAlive and leaves
 // the communicator open: NCCL (>= 2.26) would wait in ncclCommDestroy until
@@ -246,6 +299,15 @@ func (c *Comm) Close(ctx context.Context) error {
 	const op = "ncclCommFinalize"
 	if n := c.graphs.Load(); n > 0 && c.state() == stOpen {
 		return fmt.Errorf("%s: %d CUDA graph(s) or open capture(s) hold this communicator's operations; end and destroy them first: %w", op, n, ErrGraphsAlive)
+	}
+	if c.abortOnClose.Load() {
+		// A parent shrunk with ShrinkAbort: its outstanding work was
+		// aborted by the shrink, and NCCL (2.31.2) can hang destroying it.
+		if err := c.Abort(); err != nil {
+			return err
+		}
+		<-c.done
+		return c.freeErr
 	}
 	if _, ok := c.moveState(stClosing, stOpen); !ok {
 		return &ClosedError{Op: op, What: "communicator"}
@@ -277,6 +339,15 @@ func (c *Comm) Close(ctx context.Context) error {
 		return &ClosedError{Op: "ncclCommDestroy", What: "communicator"}
 	}
 	return c.free(fnCommDestroy)
+}
+
+// openOr is nil while the communicator is open, else op's error matching
+// ErrClosed: for methods that make no NCCL call.
+func (c *Comm) openOr(op string) error {
+	if c.state() != stOpen {
+		return &ClosedError{Op: op, What: "communicator"}
+	}
+	return nil
 }
 
 // abortAfter aborts the communicator after a failed close or wait and returns
@@ -334,34 +405,25 @@ func (c *Comm) asyncResult(op string, closing bool) (abi.Result, error) {
 	if err != nil {
 		return 0, err
 	}
-	// NCCL writes the result through r: one of the communicator's slots (heap
-	// memory, kept alive below), so that a poll allocates nothing, as
-	// callPtr's escaping arguments would.
-	r, bit := c.claimSlot()
-	err = c.lib.call(fnCommGetAsyncError, h, uintptr(unsafe.Pointer(r)))
-	runtime.KeepAlive(r)
+	r, err := c.lib.pollAsync(h)
 	c.exit()
-	res := abi.Result(*r)
-	if bit != 0 {
-		c.slotsBusy.And(^bit)
-	}
-	return res, err
+	return r, err
 }
 
-// claimSlot takes a free result slot, or a new one (bit 0) when every slot
-// is in use by concurrent polls.
-func (c *Comm) claimSlot() (*int32, uint32) {
-	for {
-		m := c.slotsBusy.Load()
-		free := ^m & (1<<len(c.slots) - 1)
-		if free == 0 {
-			return new(int32), 0
-		}
-		bit := free & -free
-		if c.slotsBusy.CompareAndSwap(m, m|bit) {
-			return &c.slots[bits.TrailingZeros32(bit)], bit
-		}
-	}
+// pollAsync is ncclCommGetAsyncError on h, whose caller holds a call counted
+// in. The library's polls take turns: a non-blocking group runs on a thread
+// of NCCL's linked to each member, and a poll that sees it finish joins and
+// frees it (init.cc, ncclCommGetAsyncError; group.cc, ncclGroupJobComplete).
+// Two threads doing that at once on members of one group kill the process
+// ("terminate called without an active exception", seen on NCCL 2.30.7 and
+// VCCL 2.29.2). NCCL writes the result into the library's slot: no
+// allocation.
+func (l *Library) pollAsync(h uintptr) (abi.Result, error) {
+	l.pollMu.Lock()
+	err := l.call(fnCommGetAsyncError, h, uintptr(unsafe.Pointer(&l.pollRes)))
+	r := abi.Result(l.pollRes)
+	l.pollMu.Unlock()
+	return r, err
 }
 
 func isClosed(err error) bool {

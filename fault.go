@@ -97,7 +97,15 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int, cfg *Config, flags int
 	if len(exclude) >= c.nranks {
 		return nil, argError(op, "excluding %d of %d ranks leaves none", len(exclude), c.nranks)
 	}
-	return c.derive(ctx, op, cfg, false, func(h, out, cfgPtr uintptr) error {
+	if flags == ShrinkAbort {
+		// NCCL 2.31.2's ncclCommDestroy waits on an intra-node barrier with no
+		// timeout, which a parent shrunk with NCCL_SHRINK_ABORT never passes:
+		// such a parent is aborted, not destroyed (see Close). Marked before
+		// the call: a shrink that fails half done leaves the parent as
+		// unusable.
+		c.abortOnClose.Store(true)
+	}
+	return c.derive(ctx, op, cfg, 0, false, func(h, out, cfgPtr uintptr) error {
 		return c.lib.callPtr(fnCommShrink, h, uintptr(unsafe.Pointer(&list[0])), uintptr(len(list)), out, cfgPtr, uintptr(int32(flags)))
 	})
 }
@@ -140,7 +148,7 @@ func (c *Comm) Grow(ctx context.Context, nranks int, id *UniqueID, cfg *Config) 
 		idp = new(UniqueID)
 		*idp = *id
 	}
-	return c.derive(ctx, op, cfg, false, func(h, out, cfgPtr uintptr) error {
+	return c.derive(ctx, op, cfg, 0, false, func(h, out, cfgPtr uintptr) error {
 		return c.lib.callPtr(fnCommGrow, h, uintptr(nranks), uintptr(unsafe.Pointer(idp)), ^uintptr(0), out, cfgPtr)
 	})
 }
@@ -159,7 +167,7 @@ func (l *Library) GrowRank(ctx context.Context, dev int, id UniqueID, nranks, ra
 	}
 	idp := new(UniqueID)
 	*idp = id
-	return l.initComm(ctx, op, dev, nranks, rank, cfg, func(h *uintptr, cfgPtr uintptr) error {
+	return l.initComm(ctx, op, dev, nranks, rank, cfg, cliqueKey(&id), func(h *uintptr, cfgPtr uintptr) error {
 		return l.callPtr(fnCommGrow, 0, uintptr(nranks), uintptr(unsafe.Pointer(idp)), uintptr(rank), uintptr(unsafe.Pointer(h)), cfgPtr)
 	})
 }

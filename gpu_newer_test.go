@@ -224,7 +224,7 @@ func TestGPURevokeShrinkGrow(t *testing.T) {
 	}
 	ctx := commModes[1].ctx(t)
 	ranks := initRanksCtx(t, l, 2, ctx) // non-blocking
-	gated(t, l, "ncclCommGrow", func() error { _, err := ranks[0].comm.GrowID(); return err }, func(t *testing.T) {
+	gated(t, l, "ncclCommGetUniqueId", func() error { _, err := ranks[0].comm.GrowID(); return err }, func(t *testing.T) {
 		onRanks(t, []int{0, 1}, func(r int) error { return sumCheck(ctx, ranks[r].comm, ranks[r].s, uint64(r), tags(0, 1)) })
 		if err := ranks[0].comm.SetDeadlineAction(nccl.RevokeOnDeadline); err != nil {
 			t.Fatal(err)

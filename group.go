@@ -3,108 +3,331 @@ package nccl
 import (
 	"fmt"
 	"runtime"
+	"slices"
+
+	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/ccall"
+	"github.com/gonccl/nccl/internal/goid"
 )
 
-// Group runs fn between ncclGroupStart and ncclGroupEnd on one locked OS
-// thread: NCCL's group state belongs to the thread, and a goroutine may
-// otherwise move between threads in the middle. The operations fn issues on
-// this goroutine join the group (not those of goroutines fn starts); they are
-// launched together when the group ends. Groups nest.
+// Groups are all-or-nothing because nothing of a group reaches NCCL before
+// the function has succeeded. NCCL itself has no way to abandon a group: a
+// failed call inside one makes ncclGroupEnd discard the tasks but not what
+// the calls already did (group.cc, groupCleanup, 2.28 to 2.30): the per-peer
+// connection flags of a Send or Recv stay set, so the next group with that
+// peer fails in the bootstrap exchange ("Message truncated"), and every
+// non-blocking member is left in error for good (ncclCommSetAsyncError). So
+// the operations fn issues are checked and recorded in Go, and replayed
+// between ncclGroupStart and ncclGroupEnd once fn has returned nil.
+
+// Group runs fn and launches the operations it issues on this goroutine
+// together, as one NCCL group (ncclGroupStart ... ncclGroupEnd): the Sends
+// and Recvs of a rank, or the operations of several communicators driven from
+// one goroutine. Operations of goroutines fn starts do not join the group.
+// Groups nest; the outermost launches.
 //
-// If fn returns an error or panics, the group is discarded: gonccl makes NCCL
-// record a failure in the group (an operation on a NULL communicator, which
-// NCCL refuses and remembers), so ncclGroupEnd launches none of the
-// operations fn enqueued and returns that failure; the error of fn is
-// returned (a panic goes on up once the group is closed). Either way the
-// thread leaves the group, and the all-to-all-v matrices the group pinned are
-// released. Discarding is what NCCL itself does when one of the group's calls
-// fails: a partial group (a Send without its Recv) would otherwise run and
-// hang or mismatch across ranks.
+// A group is all-or-nothing. Each operation is checked when fn issues it (its
+// error is returned to fn then) and recorded; nothing reaches NCCL until fn
+// returns. If fn returns an error or panics, nothing of the group (or of that
+// nested Group) reaches NCCL or a peer, every communicator stays usable, and
+// the error is returned unchanged (the panic goes on unchanged). If fn
+// returns nil, the operations are launched in the order fn issued them. A
+// communicator closed or aborted before the launch makes the whole group fail
+// with an error matching ErrClosed, nothing launched. Should NCCL refuse an
+// operation that gonccl's checks let through, NCCL discards the group its way
+// and the error is returned (non-blocking members then stay in error, as NCCL
+// leaves them).
 //
-// With non-blocking communicators, Group returns once NCCL has launched the
-// group (their state leaves ncclInProgress).
+// Calls that make or register communicators (InitRank, Split, Shrink, Grow,
+// RegisterWindow) cannot be held back: inside a Group they reach NCCL at
+// once, in an NCCL group opened for them; if fn then fails, NCCL discards
+// that group its own way.
+//
+// All communicators of a group must share a blocking mode (NCCL refuses a
+// mix). With non-blocking ones, Group returns once NCCL has launched the
+// group. Operations inside a Group are enqueued on their streams when the
+// group launches, after the CUDA work fn itself enqueued (as in NCCL, where a
+// group's operations reach their streams at ncclGroupEnd).
 func (l *Library) Group(fn func() error) (err error) {
-	if err := l.groupBegin(); err != nil {
+	g, mark, err := l.groupBegin()
+	if err != nil {
 		return err
 	}
 	done := false
 	defer func() {
-		if done {
-			return
+		if !done { // fn panicked: drop what it recorded, let the panic go on
+			l.groupEnd(g, mark, errPanicInGroup)
 		}
-		// fn panicked: close the group, then let the panic go on.
-		l.groupEnd(errPanicInGroup)
 	}()
 	ferr := fn()
 	done = true
-	return l.groupEnd(ferr)
+	return l.groupEnd(g, mark, ferr)
 }
 
 var errPanicInGroup = fmt.Errorf("panic inside Group")
 
-// groupBegin starts a group on a locked thread; groupEnd must follow on the
-// same goroutine.
-func (l *Library) groupBegin() error {
+// maxOpArgs is the most C arguments a stream operation takes (ncclAlltoAllv,
+// 11-argument form).
+const maxOpArgs = 11
+
+// groupOp is one recorded operation: a stream operation's C arguments, the
+// communicator's slot filled in at launch (see Comm.stream).
+type groupOp struct {
+	c    *Comm
+	sym  int32
+	n    int32
+	args [maxOpArgs]uintptr
+}
+
+// groupRec is one goroutine's open group.
+type groupRec struct {
+	owner    uintptr // goid.Current of the goroutine inside Group
+	depth    int
+	blocking int // -1 until the first operation; then the members' mode
+	ops      []groupOp
+	comms    []*Comm // the members, each once (at launch)
+	ncclOpen bool    // ncclGroupStart was called for a call that is not recorded (an init)
+}
+
+// groupBegin opens a group on the calling goroutine, or a nested level of the
+// one it has; mark is where the level's records begin. The outermost level
+// locks the OS thread: NCCL's group state belongs to the thread.
+func (l *Library) groupBegin() (g *groupRec, mark int, err error) {
 	if err := l.live("ncclGroupStart"); err != nil {
-		return err
+		return nil, 0, err
+	}
+	me := goid.Current()
+	if g = l.groupOf(me); g != nil {
+		g.depth++
+		return g, len(g.ops), nil
 	}
 	runtime.LockOSThread()
-	if err := l.call(fnGroupStart); err != nil {
-		runtime.UnlockOSThread()
-		return err
+	l.groupsMu.Lock()
+	if n := len(l.groupFree); n > 0 {
+		g = l.groupFree[n-1]
+		l.groupFree = l.groupFree[:n-1]
+	} else {
+		g = &groupRec{}
 	}
+	g.owner, g.depth, g.blocking = me, 1, -1
+	l.groups = append(l.groups, g)
 	l.groupsOpen.Add(1)
+	l.groupsMu.Unlock()
+	return g, 0, nil
+}
+
+// groupOf is the open group of the goroutine me, or nil.
+func (l *Library) groupOf(me uintptr) *groupRec {
+	l.groupsMu.Lock()
+	defer l.groupsMu.Unlock()
+	for _, g := range l.groups {
+		if g.owner == me {
+			return g
+		}
+	}
 	return nil
 }
 
-// groupEnd ends the group groupBegin started; ferr, the failure of the work
-// inside, discards it. It allocates nothing on success.
-func (l *Library) groupEnd(ferr error) error {
-	if ferr != nil {
-		l.poisonGroup()
+// recording is the group the calling goroutine is inside, or nil: one atomic
+// load when no goroutine of the library is in a Group.
+func (l *Library) recording() *groupRec {
+	if l.groupsOpen.Load() == 0 {
+		return nil
 	}
-	eerr := l.call(fnGroupEnd)
-	if l.groupsOpen.Add(-1) == 0 {
+	return l.groupOf(goid.Current())
+}
+
+// record adds a stream operation to the group; args as Comm.stream takes them.
+//
+//go:noinline
+func (g *groupRec) record(c *Comm, sym int, args []uintptr) error {
+	name := ncclSymbols[sym].name
+	if s := c.state(); s != stOpen {
+		return &ClosedError{Op: name, What: "communicator"}
+	}
+	if c.lib.fn[sym] == 0 {
+		return c.lib.unsupported(sym)
+	}
+	mode := 0
+	if c.blocking {
+		mode = 1
+	}
+	if g.blocking >= 0 && g.blocking != mode {
+		return argError(name, "a group cannot hold blocking and non-blocking communicators (NCCL refuses the mix)")
+	}
+	g.blocking = mode
+	op := groupOp{c: c, sym: int32(sym), n: int32(len(args))}
+	copy(op.args[:], args)
+	g.ops = append(g.ops, op)
+	return nil
+}
+
+// groupEnd closes the level groupBegin opened. ferr, fn's failure, drops the
+// level's records and is returned; the outermost level launches what is left
+// (ferr nil) and releases the goroutine's group.
+func (l *Library) groupEnd(g *groupRec, mark int, ferr error) error {
+	if ferr != nil {
+		clear(g.ops[mark:])
+		g.ops = g.ops[:mark]
+	}
+	if g.depth--; g.depth > 0 {
+		return ferr
+	}
+	var err error
+	switch {
+	case ferr == nil:
+		err = l.launch(g, fnGroupEnd, 0)
+	case g.ncclOpen:
+		// Calls that cannot be recorded opened NCCL's group: make it fail
+		// so that ncclGroupEnd discards it (NCCL refuses an operation on a
+		// NULL communicator and keeps the failure for the group).
+		l.call(fnAllReduce, 0, 0, 0, uintptr(Float32), uintptr(Sum), 0, 0)
+		l.call(fnGroupEnd)
+	}
+	l.groupRelease(g)
+	if ferr != nil {
+		return ferr
+	}
+	return err
+}
+
+// groupRelease forgets g and unlocks the thread.
+func (l *Library) groupRelease(g *groupRec) {
+	clear(g.ops)
+	clear(g.comms)
+	g.ops, g.comms, g.ncclOpen = g.ops[:0], g.comms[:0], false
+	l.groupsMu.Lock()
+	if i := slices.Index(l.groups, g); i >= 0 {
+		l.groups = slices.Delete(l.groups, i, i+1)
+	}
+	g.owner = 0
+	l.groupFree = append(l.groupFree, g)
+	open := l.groupsOpen.Add(-1)
+	l.groupsMu.Unlock()
+	if open == 0 {
 		l.releasePins()
 	}
 	runtime.UnlockOSThread()
-	if isInProgress(eerr) {
-		eerr = l.settleAll()
+}
+
+// joinNCCLGroup opens NCCL's group for a call that cannot be recorded (an
+// init, a split, a window registration) made inside a Group on this
+// goroutine, so that it is grouped with the others as NCCL wants. No-op
+// outside a Group.
+func (l *Library) joinNCCLGroup() error {
+	g := l.recording()
+	if g == nil || g.ncclOpen {
+		return nil
 	}
-	switch {
-	case ferr != nil:
-		return ferr
-	case eerr != nil:
-		return eerr
+	if err := l.call(fnGroupStart); err != nil {
+		return err
 	}
+	g.ncclOpen = true
 	return nil
 }
 
-// poisonGroup makes NCCL's current group fail: NCCL refuses an operation on a
-// NULL communicator and, inside a group, keeps the failure for ncclGroupEnd,
-// which then frees the group's tasks without launching them.
-func (l *Library) poisonGroup() {
-	l.call(fnAllReduce, 0, 0, 0, uintptr(Float32), uintptr(Sum), 0, 0)
-}
-
-// settleAll waits for every non-blocking communicator of the library to leave
-// ncclInProgress, after a group NCCL launched in the background.
-func (l *Library) settleAll() error {
-	var first error
-	for _, c := range l.openComms() {
+// launch admits every member of the group (none is freed while NCCL may hold
+// it), replays the records between ncclGroupStart and end (ncclGroupEnd, or
+// ncclGroupSimulateEnd with its argument), waits for non-blocking members to
+// leave ncclInProgress, and lets the members go.
+func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
+	if len(g.ops) == 0 && !g.ncclOpen {
+		return nil
+	}
+	for i := range g.ops {
+		if c := g.ops[i].c; !slices.Contains(g.comms, c) {
+			g.comms = append(g.comms, c)
+		}
+	}
+	if err := admitAll(g.comms); err != nil {
+		if g.ncclOpen {
+			l.call(fnGroupEnd)
+		}
+		return err
+	}
+	defer exitAll(g.comms)
+	var err error
+	if !g.ncclOpen {
+		if err = l.call(fnGroupStart); err != nil {
+			return err
+		}
+	}
+	for i := range g.ops {
+		op := &g.ops[i]
+		args := op.args[:op.n]
+		args[op.n-2] = op.c.h
+		if cu := l.cuda; cu != nil && cu.capt.n.Load() != 0 {
+			cu.noteComm(op.c, args[op.n-1])
+		}
+		if r := int32(ccall.Call(l.fn[op.sym], args...)); r != int32(abi.Success) && r != int32(abi.InProgress) {
+			// NCCL keeps the failure for the group, which ncclGroupEnd
+			// then discards: launching the rest would change nothing.
+			err = l.result(int(op.sym), r)
+			break
+		}
+	}
+	var eerr error
+	if end == fnGroupSimulateEnd {
+		eerr = l.call(end, endArg)
+	} else {
+		eerr = l.call(end)
+	}
+	if err == nil && eerr != nil && !isInProgress(eerr) {
+		err = eerr
+	}
+	// A non-blocking group runs on a thread of NCCL's, linked to every
+	// member; polling a member that sees it finish joins it. The members
+	// are polled here, from this goroutine alone (and under the library's
+	// poll lock), before anything else may use them (see Comm.AsyncError).
+	for _, c := range g.comms {
 		if c.blocking {
 			continue
 		}
-		if err := c.settle("ncclGroupEnd"); err != nil && first == nil && !isClosed(err) {
-			first = err
+		if serr := c.settleHeld("ncclGroupEnd"); serr != nil && err == nil && !isClosed(serr) {
+			err = serr
 		}
 	}
-	return first
+	return err
 }
 
-// releasePins unpins the AlltoAllv matrices once no group is open. The count
-// is read under the lock: a pin added after a group started is never in the
-// list this call sees with the count at zero.
+// admitAll counts a call into each of comms (see Comm.enter): all of them or,
+// with an error matching ErrClosed, none. While a gate of theirs is closed
+// (an abort frees a member of the same clique) it lets go and tries again.
+func admitAll(comms []*Comm) error {
+	for {
+		gated := false
+		for i, c := range comms {
+			switch c.admit() {
+			case admitted:
+				continue
+			case admitGated:
+				gated = true
+			default:
+				exitAll(comms[:i])
+				return &ClosedError{Op: "ncclGroupEnd", What: "communicator"}
+			}
+			exitAll(comms[:i])
+			break
+		}
+		if !gated {
+			return nil
+		}
+		for _, c := range comms {
+			c.q.waitOpen()
+		}
+	}
+}
+
+func exitAll(comms []*Comm) {
+	for _, c := range comms {
+		c.exit()
+	}
+}
+
+// releasePins unpins the AlltoAllv matrices and WaitSignal descriptors once
+// no group is open: NCCL reads them until the group that holds their
+// operation launches. The count is read under the lock: a pin added after a
+// group started is never in the list this call sees with the count at zero.
 func (l *Library) releasePins() {
 	l.pinsMu.Lock()
 	defer l.pinsMu.Unlock()
@@ -119,8 +342,8 @@ func (l *Library) releasePins() {
 	l.pins = l.pins[:0]
 }
 
-// pinner is a runtime.Pinner for one AlltoAllv call, reused so that the call
-// allocates nothing once warm.
+// pinner is a runtime.Pinner for one call, reused so that the call allocates
+// nothing once warm.
 func (l *Library) pinner() *runtime.Pinner {
 	l.pinsMu.Lock()
 	defer l.pinsMu.Unlock()
@@ -132,10 +355,18 @@ func (l *Library) pinner() *runtime.Pinner {
 	return new(runtime.Pinner)
 }
 
-// unpin releases p's pins and keeps it for the next call.
-func (l *Library) unpin(p *runtime.Pinner) {
-	p.Unpin()
+// unpinAfter releases p once NCCL is done with what it pins: at once outside
+// a group, else when no group is open (see Group).
+func (l *Library) unpinAfter(p *runtime.Pinner) {
+	if l.groupsOpen.Load() == 0 {
+		p.Unpin()
+		l.pinsMu.Lock()
+		l.spare = append(l.spare, p)
+		l.pinsMu.Unlock()
+		return
+	}
 	l.pinsMu.Lock()
-	l.spare = append(l.spare, p)
+	l.pins = append(l.pins, p)
 	l.pinsMu.Unlock()
+	l.releasePins()
 }

@@ -44,7 +44,7 @@ func (l *Library) InitRank(ctx context.Context, dev int, id UniqueID, nranks, ra
 	if err := checkInitArgs(op, dev, nranks, rank); err != nil {
 		return nil, err
 	}
-	return l.initComm(ctx, op, dev, nranks, rank, cfg, func(h *uintptr, cfgPtr uintptr) error {
+	return l.initComm(ctx, op, dev, nranks, rank, cfg, cliqueKey(&id), func(h *uintptr, cfgPtr uintptr) error {
 		return l.structCall(fnCommInitRankConfig, 2, &id, uintptr(unsafe.Pointer(h)), uintptr(nranks), uintptr(rank), cfgPtr)
 	})
 }
@@ -62,7 +62,7 @@ func (l *Library) InitRankScalable(ctx context.Context, dev int, ids []UniqueID,
 	if len(ids) == 0 || len(ids) > nranks {
 		return nil, argError(op, "%d ids for %d ranks: want 1 to nranks", len(ids), nranks)
 	}
-	return l.initComm(ctx, op, dev, nranks, rank, cfg, func(h *uintptr, cfgPtr uintptr) error {
+	return l.initComm(ctx, op, dev, nranks, rank, cfg, cliqueKey(&ids[0]), func(h *uintptr, cfgPtr uintptr) error {
 		err := l.callPtr(fnCommInitRankScalable, uintptr(unsafe.Pointer(h)), uintptr(nranks), uintptr(rank),
 			uintptr(len(ids)), uintptr(unsafe.Pointer(&ids[0])), cfgPtr)
 		runtime.KeepAlive(ids)
@@ -82,8 +82,10 @@ func checkInitArgs(op string, dev, nranks, rank int) error {
 
 // initComm runs one init call on a locked thread with dev current (NCCL binds
 // the communicator to the calling thread's device), then waits for a
-// non-blocking one outside NCCL.
-func (l *Library) initComm(ctx context.Context, op string, dev, nranks, rank int, cfg *Config,
+// non-blocking one outside NCCL. Inside a Group the call joins NCCL's group
+// (see Group): a blocking communicator is then ready when the group ends.
+// key is the communicator's clique (see clique).
+func (l *Library) initComm(ctx context.Context, op string, dev, nranks, rank int, cfg *Config, key uint64,
 	call func(h *uintptr, cfgPtr uintptr) error) (*Comm, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -95,6 +97,10 @@ func (l *Library) initComm(ctx context.Context, op string, dev, nranks, rank int
 		if err != nil {
 			return err
 		}
+		if err := l.joinNCCLGroup(); err != nil {
+			buf.free()
+			return err
+		}
 		var h uintptr
 		if err = call(&h, ptr); err != nil && !isInProgress(err) {
 			if h != 0 { // NCCL made the communicator before failing: free it
@@ -103,7 +109,7 @@ func (l *Library) initComm(ctx context.Context, op string, dev, nranks, rank int
 			buf.free()
 			return err
 		}
-		c = l.newComm(h, dev, rank, nranks, blocking, buf)
+		c = l.newComm(h, dev, rank, nranks, blocking, buf, key)
 		return nil
 	})
 	if err != nil {
@@ -163,8 +169,9 @@ func (l *Library) InitAll(ctx context.Context, devs []int, cfg *Config) ([]*Comm
 		return nil, err
 	}
 	comms := make([]*Comm, len(devs))
+	key := soloKey()
 	for i, h := range hs {
-		comms[i] = l.newComm(h, devs[i], i, len(devs), true, nil)
+		comms[i] = l.newComm(h, devs[i], i, len(devs), true, nil, key)
 	}
 	return comms, nil
 }
@@ -189,13 +196,17 @@ func (l *Library) initAllGrouped(ctx context.Context, devs []int, cfg *Config) (
 				if err != nil {
 					return err
 				}
+				if err := l.joinNCCLGroup(); err != nil {
+					buf.free()
+					return err
+				}
 				var h uintptr
 				err = l.structCall(fnCommInitRankConfig, 2, &id, uintptr(unsafe.Pointer(&h)), uintptr(n), uintptr(i), ptr)
 				if err != nil && !isInProgress(err) {
 					buf.free()
 					return err
 				}
-				comms = append(comms, l.newComm(h, d, i, n, blocking, buf))
+				comms = append(comms, l.newComm(h, d, i, n, blocking, buf, cliqueKey(&id)))
 				return nil
 			})
 			if err != nil {
@@ -237,7 +248,7 @@ func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (*Comm, e
 	if key < -1<<31 || key > 1<<31-1 {
 		return nil, argError(op, "key %d is not a C int", key)
 	}
-	return c.derive(ctx, op, cfg, color == SplitNoColor, func(h, out, cfgPtr uintptr) error {
+	return c.derive(ctx, op, cfg, color, color == SplitNoColor, func(h, out, cfgPtr uintptr) error {
 		return l.callPtr(fnCommSplit, h, uintptr(int32(color)), uintptr(int32(key)), out, cfgPtr)
 	})
 }
@@ -250,8 +261,13 @@ func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (*Comm, e
 // done) and with it the new communicator. call gets c's handle, where to write
 // the new one and the config. none says NCCL may rightly make no communicator
 // (Split's SplitNoColor): derive then returns nil and no error.
-func (c *Comm) derive(ctx context.Context, op string, cfg *Config, none bool, call func(h, out, cfgPtr uintptr) error) (*Comm, error) {
+//
+// The ranks of c held in this process that derive together with one color
+// make one communicator: its clique's key comes from c's, the derive's
+// number on c and color (see clique).
+func (c *Comm) derive(ctx context.Context, op string, cfg *Config, color int, none bool, call func(h, out, cfgPtr uintptr) error) (*Comm, error) {
 	l := c.lib
+	key := derivedKey(c.q.key, c.deriveSeq.Add(1), color)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -294,7 +310,7 @@ func (c *Comm) derive(ctx context.Context, op string, cfg *Config, none bool, ca
 		}
 		return nil, err
 	}
-	nc := l.newComm(nh, c.dev, -1, -1, blocking, buf)
+	nc := l.newComm(nh, c.dev, -1, -1, blocking, buf, key)
 	if err := nc.ready(ctx, op); err != nil {
 		return nil, err
 	}

@@ -32,12 +32,24 @@ type Library struct {
 	commsMu sync.Mutex
 	comms   map[*Comm]struct{} // open communicators
 
-	// AlltoAllv matrices NCCL may still read: pinned while any Group is open
-	// (see Group).
-	groupsOpen atomic.Int32 // goroutines inside Group
-	pinsMu     sync.Mutex
-	pins       []*runtime.Pinner
-	spare      []*runtime.Pinner // unpinned, for reuse
+	// Open groups, one per goroutine inside Group (see Group), and records
+	// kept for reuse.
+	groupsMu   sync.Mutex
+	groups     []*groupRec
+	groupFree  []*groupRec
+	groupsOpen atomic.Int32 // len(groups), read without the lock
+
+	// Memory NCCL may still read (AlltoAllv matrices, WaitSignal
+	// descriptors): pinned while any Group is open.
+	pinsMu sync.Mutex
+	pins   []*runtime.Pinner
+	spare  []*runtime.Pinner // unpinned, for reuse
+
+	pollMu  sync.Mutex // ncclCommGetAsyncError calls take turns (see pollAsync)
+	pollRes int32      // where they write
+
+	cliquesMu sync.Mutex
+	cliques   map[uint64]*clique // by key (see clique)
 }
 
 // Option configures Open.

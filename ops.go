@@ -182,18 +182,19 @@ func (c *Comm) AlltoAll(send, recv Buffer, s Stream) error {
 	if native {
 		return c.stream(fnAlltoAll, uintptr(send.ptr), uintptr(recv.ptr), uintptr(k), uintptr(send.dt), 0, s.h)
 	}
-	if err := c.lib.groupBegin(); err != nil {
+	g, mark, err := c.lib.groupBegin()
+	if err != nil {
 		return err
 	}
 	for p := range c.nranks {
-		if err = c.p2p(fnSend, send.ptr+offset(send.dt, p*k), k, send.dt, p, s); err != nil {
+		if err = c.p2p(g, fnSend, send.ptr+offset(send.dt, p*k), k, send.dt, p, s); err != nil {
 			break
 		}
-		if err = c.p2p(fnRecv, recv.ptr+offset(recv.dt, p*k), k, recv.dt, p, s); err != nil {
+		if err = c.p2p(g, fnRecv, recv.ptr+offset(recv.dt, p*k), k, recv.dt, p, s); err != nil {
 			break
 		}
 	}
-	return c.lib.groupEnd(err)
+	return c.lib.groupEnd(g, mark, err)
 }
 
 // Gather collects every rank's send into root's recv (Size()×send.Len()
@@ -222,20 +223,21 @@ func (c *Comm) Gather(send, recv Buffer, root int, s Stream) error {
 	if native {
 		return c.stream(fnGather, uintptr(send.ptr), uintptr(recv.ptr), uintptr(k), uintptr(send.dt), uintptr(int32(root)), 0, s.h)
 	}
-	if err := c.lib.groupBegin(); err != nil {
+	g, mark, err := c.lib.groupBegin()
+	if err != nil {
 		return err
 	}
 	if c.rank == root {
 		for p := range c.nranks {
-			if err = c.p2p(fnRecv, recv.ptr+offset(send.dt, p*k), k, send.dt, p, s); err != nil {
+			if err = c.p2p(g, fnRecv, recv.ptr+offset(send.dt, p*k), k, send.dt, p, s); err != nil {
 				break
 			}
 		}
 	}
 	if err == nil {
-		err = c.p2p(fnSend, send.ptr, k, send.dt, root, s)
+		err = c.p2p(g, fnSend, send.ptr, k, send.dt, root, s)
 	}
-	return c.lib.groupEnd(err)
+	return c.lib.groupEnd(g, mark, err)
 }
 
 // Scatter sends block i of root's send (Size()×recv.Len() elements) to rank i's
@@ -263,20 +265,21 @@ func (c *Comm) Scatter(send, recv Buffer, root int, s Stream) error {
 	if native {
 		return c.stream(fnScatter, uintptr(send.ptr), uintptr(recv.ptr), uintptr(k), uintptr(recv.dt), uintptr(int32(root)), 0, s.h)
 	}
-	if err := c.lib.groupBegin(); err != nil {
+	g, mark, err := c.lib.groupBegin()
+	if err != nil {
 		return err
 	}
 	if c.rank == root {
 		for p := range c.nranks {
-			if err = c.p2p(fnSend, send.ptr+offset(recv.dt, p*k), k, recv.dt, p, s); err != nil {
+			if err = c.p2p(g, fnSend, send.ptr+offset(recv.dt, p*k), k, recv.dt, p, s); err != nil {
 				break
 			}
 		}
 	}
 	if err == nil {
-		err = c.p2p(fnRecv, recv.ptr, k, recv.dt, root, s)
+		err = c.p2p(g, fnRecv, recv.ptr, k, recv.dt, root, s)
 	}
-	return c.lib.groupEnd(err)
+	return c.lib.groupEnd(g, mark, err)
 }
 
 // Path is how AlltoAll, Gather, Scatter and AlltoAllv run.
@@ -309,6 +312,9 @@ func (p Path) String() string {
 // SetPath chooses how the communicator runs AlltoAll, Gather, Scatter and
 // AlltoAllv from now on (Auto by default).
 func (c *Comm) SetPath(p Path) error {
+	if err := c.openOr("SetPath"); err != nil {
+		return err
+	}
 	if p < Auto || p > Grouped {
 		return argError("SetPath", "unknown path %d", int(p))
 	}
@@ -356,20 +362,30 @@ func (c *Comm) route(sym int) (bool, error) {
 
 // stream runs a stream operation whose last two C arguments are the
 // communicator and the stream: args holds a placeholder for the communicator,
-// filled in once the call is admitted. No allocation.
+// filled in once the call is admitted. Inside a Group on this goroutine it
+// records the operation instead (see Group). No allocation.
 //
 // This is the hot path of every operation, written out by hand (enter, call,
-// exit and settled, with their rare branches out of line): one atomic add to
-// be admitted, one to leave, a load for the capture check, and the C call.
+// exit and settled, with their rare branches out of line): a load to see
+// that no Group is open, one atomic add to be admitted, a load of the
+// clique's gate, one add to leave, a load for the capture check, and the C
+// call.
 func (c *Comm) stream(sym int, args ...uintptr) error {
+	l := c.lib
+	if l.groupsOpen.Load() != 0 {
+		if g := l.recording(); g != nil {
+			return g.record(c, sym, args)
+		}
+	}
 	// enter: counted while open, so that Abort leaves the freeing to the
 	// last call out.
-	if stateOf(c.life.Add(1)) != stOpen {
-		return c.refuse(ncclSymbols[sym].name)
+	if stateOf(c.life.Add(1)) != stOpen || c.q.gate.Load() != 0 {
+		if err := c.reenter(ncclSymbols[sym].name); err != nil {
+			return err
+		}
 	}
 	n := len(args)
 	args[n-2] = c.h
-	l := c.lib
 	if cu := l.cuda; cu != nil && cu.capt.n.Load() != 0 {
 		cu.noteComm(c, args[n-1])
 	}
@@ -379,16 +395,31 @@ func (c *Comm) stream(sym int, args ...uintptr) error {
 	} else if r := int32(ccall.Call(fn, args...)); r != int32(abi.Success) {
 		err = l.result(sym, r)
 	}
-	c.exit()
 	if err == nil && c.blocking {
+		c.exit()
 		return nil
 	}
-	return c.settled(ncclSymbols[sym].name, err)
+	// A non-blocking launch runs on in NCCL: the call stays counted until
+	// it is done, so that an Abort waits for it.
+	err = c.settledHeld(ncclSymbols[sym].name, err)
+	c.exit()
+	return err
 }
 
-// p2p is an unchecked Send or Recv, for the grouped paths.
-func (c *Comm) p2p(sym int, p DevicePtr, n int, dt DataType, peer int, s Stream) error {
-	return c.stream(sym, uintptr(p), uintptr(n), uintptr(dt), uintptr(int32(peer)), 0, s.h)
+// reenter is the slow path of stream's enter: it undoes the count and
+// enters again, waiting while the clique's gate is closed, or returns the
+// error of a closed communicator.
+//
+//go:noinline
+func (c *Comm) reenter(op string) error {
+	c.exit()
+	_, err := c.enter(op, false)
+	return err
+}
+
+// p2p records an unchecked Send or Recv in g, for the grouped paths.
+func (c *Comm) p2p(g *groupRec, sym int, p DevicePtr, n int, dt DataType, peer int, s Stream) error {
+	return g.record(c, sym, []uintptr{uintptr(p), uintptr(n), uintptr(dt), uintptr(int32(peer)), 0, s.h})
 }
 
 func offset(dt DataType, elems int) DevicePtr { return DevicePtr(elems * dt.Size()) }

@@ -77,7 +77,7 @@ func (c *Comm) Signal(peer int, s Stream) error {
 }
 
 // WaitSignal makes s wait until the signals waits describe have arrived, and
-// consumes them (ncclWaitSignal). NCCL reads waits during the call: reuse the
+// consumes them (ncclWaitSignal). NCCL reads waits during the call (inside a Group, when the group launches): reuse the
 // slice.
 func (c *Comm) WaitSignal(waits []WaitSignalDesc, s Stream) error {
 	const name = "ncclWaitSignal"
@@ -107,12 +107,13 @@ func (c *Comm) WaitSignal(waits []WaitSignalDesc, s Stream) error {
 	if err := c.checkStream(name, s); err != nil {
 		return err
 	}
-	return c.waitSignal(len(waits), uintptr(unsafe.Pointer(&waits[0])), s)
-}
-
-//go:uintptrescapes
-func (c *Comm) waitSignal(n int, descs uintptr, s Stream) error {
-	return c.stream(fnWaitSignal, uintptr(n), descs, 0, s.h)
+	// NCCL reads the descriptors in the call, which inside a Group comes
+	// when the group launches: pinned until then.
+	pin := c.lib.pinner()
+	pin.Pin(&waits[0])
+	err := c.stream(fnWaitSignal, uintptr(len(waits)), uintptr(unsafe.Pointer(&waits[0])), 0, s.h)
+	c.lib.unpinAfter(pin)
+	return err
 }
 
 func (c *Comm) checkStream(name string, s Stream) error {
@@ -146,6 +147,9 @@ func (c *Comm) WindowAddress(w Window) (DevicePtr, error) {
 // (or a slice of one), and b's byte offset in it: what PutSignal takes.
 func (c *Comm) WindowOf(b Buffer) (Window, int, error) {
 	const op = "WindowOf"
+	if err := c.openOr(op); err != nil {
+		return Window{}, 0, err
+	}
 	if b.mem == nil || b.mem.kind != allocSymmetric || b.mem.comm != c {
 		return Window{}, 0, argError(op, "buffer is not from this communicator's AllocSymmetric")
 	}

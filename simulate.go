@@ -19,18 +19,23 @@ func (l *Library) SimulateGroup(fn func() error) (estimate time.Duration, err er
 	if l.fn[fnGroupSimulateEnd] == 0 {
 		return 0, l.unsupported(fnGroupSimulateEnd)
 	}
-	if err := l.groupBegin(); err != nil {
+	g, mark, err := l.groupBegin()
+	if err != nil {
 		return 0, err
 	}
 	done := false
 	defer func() {
-		if !done { // fn panicked: close the group, then let the panic go on
-			l.groupEnd(errPanicInGroup)
+		if !done { // fn panicked: drop what it recorded, let the panic go on
+			l.groupEnd(g, mark, errPanicInGroup)
 		}
 	}()
+	if g.depth > 1 {
+		done = true
+		return 0, l.groupEnd(g, mark, argError("ncclGroupSimulateEnd", "SimulateGroup inside a Group: the outer group would launch what it plans"))
+	}
 	if ferr := fn(); ferr != nil {
 		done = true
-		return 0, l.groupEnd(ferr)
+		return 0, l.groupEnd(g, mark, ferr)
 	}
 	done = true
 	// ncclSimInfo_t: size_t size; unsigned magic, version; float estimatedTime (µs).
@@ -40,12 +45,12 @@ func (l *Library) SimulateGroup(fn func() error) (estimate time.Duration, err er
 	ne.PutUint32(sim[8:], simInfoMagic)
 	ne.PutUint32(sim[12:], uint32(l.version.Code()))
 	ne.PutUint32(sim[16:], math.Float32bits(-1)) // NCCL_UNDEF_FLOAT
-	err = l.callPtr(fnGroupSimulateEnd, uintptr(unsafe.Pointer(sim)))
-	if l.groupsOpen.Add(-1) == 0 {
-		l.releasePins()
-	}
-	runtime.UnlockOSThread()
-	if err != nil {
+	empty := len(g.ops) == 0 && !g.ncclOpen
+	err = l.launch(g, fnGroupSimulateEnd, uintptr(unsafe.Pointer(sim)))
+	runtime.KeepAlive(sim)
+	g.depth--
+	l.groupRelease(g)
+	if err != nil || empty {
 		return 0, err
 	}
 	us := math.Float32frombits(ne.Uint32(sim[16:]))

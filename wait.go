@@ -88,6 +88,9 @@ const RevokeGrace = 30 * time.Second
 // DeadlineAction). RevokeOnDeadline needs ncclCommRevoke (NCCL >= 2.28.7); on
 // an older library it returns the *UnsupportedError and changes nothing.
 func (c *Comm) SetDeadlineAction(a DeadlineAction) error {
+	if err := c.openOr("SetDeadlineAction"); err != nil {
+		return err
+	}
 	switch a {
 	case AbortOnDeadline:
 	case RevokeOnDeadline:
@@ -211,4 +214,29 @@ func (c *Comm) waitReady(ctx context.Context, op string, closing bool) error {
 // communicator until then. Abort ends the wait.
 func (c *Comm) settle(op string) error {
 	return c.waitReady(context.Background(), op, false)
+}
+
+// settleHeld is settle for a caller that holds a call counted in (the
+// communicator cannot be freed meanwhile): it polls without entering.
+func (c *Comm) settleHeld(op string) error {
+	return c.waitFor(context.Background(), op, func() (bool, error) {
+		r, err := c.lib.pollAsync(c.h)
+		switch {
+		case err != nil:
+			return false, err
+		case r == abi.Success:
+			return true, nil
+		case r == abi.InProgress:
+			return false, nil
+		}
+		return false, &Error{Op: op, Code: r, Msg: c.lib.LastError()}
+	})
+}
+
+// settledHeld is settled for a caller that holds a call counted in.
+func (c *Comm) settledHeld(op string, err error) error {
+	if c.blocking || err != nil && !isInProgress(err) {
+		return err
+	}
+	return c.settleHeld(op)
 }
