@@ -184,6 +184,17 @@ func testShrink(t *testing.T, variant string, m commMode) {
 		}
 	}
 	onRanks(t, survivors, func(r int) error { return sumCheck(ctx, subs[r], ranks[r].s, uint64(r), tags(0, 2, 3)) })
+	// A parent shrunk with ShrinkAbort is aborted by Close, not destroyed
+	// (NCCL 2.31.2's ncclCommDestroy would wait for the dead rank).
+	for _, r := range survivors {
+		h := ranks[r].comm.Handle()
+		if err := ranks[r].comm.Close(ctx); err != nil {
+			t.Fatalf("rank %d: Close of the parent shrunk with ShrinkAbort: %v", r, err)
+		}
+		if by := ccall.GoString(ccall.Call(fakeFn(t, l, "fakenccl_freed_by"), h)); by != "ncclCommAbort" {
+			t.Fatalf("rank %d: the parent shrunk with ShrinkAbort was freed by %q, want ncclCommAbort", r, by)
+		}
+	}
 
 	// A healthy communicator shrinks with ShrinkDefault: its rank 0 leaves.
 	subs2 := make([]*nccl.Comm, 4)

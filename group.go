@@ -38,10 +38,12 @@ import (
 // and the error is returned (non-blocking members then stay in error, as NCCL
 // leaves them).
 //
-// Calls that make or register communicators (InitRank, Split, Shrink, Grow,
-// RegisterWindow) cannot be held back: inside a Group they reach NCCL at
-// once, in an NCCL group opened for them; if fn then fails, NCCL discards
-// that group its own way.
+// Calls that make communicators (InitRank, InitRankScalable, GrowRank: one
+// goroutine making the ranks of several GPUs inside a Group, as NCCL's
+// multi-GPU init wants) cannot be held back: they reach NCCL at once, in an
+// NCCL group opened for them; if fn then fails, NCCL discards that group its
+// own way. Other calls that are not stream operations (Split, registration)
+// are not grouped: make them outside a Group.
 //
 // All communicators of a group must share a blocking mode (NCCL refuses a
 // mix). With non-blocking ones, Group returns once NCCL has launched the
@@ -211,9 +213,8 @@ func (l *Library) groupRelease(g *groupRec) {
 }
 
 // joinNCCLGroup opens NCCL's group for a call that cannot be recorded (an
-// init, a split, a window registration) made inside a Group on this
-// goroutine, so that it is grouped with the others as NCCL wants. No-op
-// outside a Group.
+// init) made inside a Group on this goroutine, so that it is grouped with the
+// others as NCCL wants. No-op outside a Group.
 func (l *Library) joinNCCLGroup() error {
 	g := l.recording()
 	if g == nil || g.ncclOpen {

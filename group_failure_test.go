@@ -368,11 +368,14 @@ func testGroupFailures(t *testing.T, l *nccl.Library, n int, m commMode) {
 			driver = "a goroutine per rank"
 		}
 		t.Run(driver, func(t *testing.T) {
-			w := newGFWorld(t, l, n, m.ctx(t), perRank)
 			for _, fc := range failCases {
 				if perRank && fc.name == "error after the first rank's operation" {
 					continue // one rank failing alone is a rank diverging, not a group failing
 				}
+				// Fresh communicators for each case: NCCL connects Send/Recv
+				// peers lazily, and flags a discarded group left behind only
+				// matter before the first connection.
+				w := newGFWorld(t, l, n, m.ctx(t), perRank)
 				errs := w.drive(func(ranks []int) error {
 					err, p := fc.run(w, ranks)
 					if p != nil && p != any(boomPanic) {
@@ -390,10 +393,10 @@ func testGroupFailures(t *testing.T, l *nccl.Library, n int, m commMode) {
 					t.Fatalf("%s: %v", fc.name, err)
 				}
 				w.checkAfter(fc.name)
-			}
-			for r, rk := range w.ranks {
-				if err := rk.comm.Close(w.ctx); err != nil {
-					t.Errorf("rank %d: Close: %v", r, err)
+				for r, rk := range w.ranks {
+					if err := rk.comm.Close(w.ctx); err != nil {
+						t.Errorf("%s: rank %d: Close: %v", fc.name, r, err)
+					}
 				}
 			}
 		})

@@ -44,6 +44,18 @@
  * (stderr, the last error, and the communicator's async error becomes
  * ncclInvalidUsage) and no data moves.
  *
+ * Groups and aborts fail as NCCL's do (2.28-2.30): a call failing inside a
+ * group discards the whole group and gives its error to every non-blocking
+ * member, which only ncclCommAbort frees then (discard_group); a discarded
+ * Send/Recv leaves NCCL's per-peer connection flags set, and the next setup of
+ * that connection fails on both sides (p2p_stale); a non-blocking group runs
+ * on a thread of its own, a job that the first successful poll of a member
+ * completes, and two threads completing one job stop the process
+ * (job_complete); so do ncclCommAbort beside another thread's call on the
+ * same communicator (call_enter, release_begin) and a communicator freed
+ * under another thread's open group (group_check_freed). A one-rank
+ * communicator's collective runs at the call, in a group too.
+ *
  * Connections are made lazily, as NCCL 2.22+ does (NCCL_RUNTIME_CONNECT=0
  * turns that off): a communicator's first operation waits inside the call
  * (at ncclGroupEnd for a group; in the launch thread of a non-blocking
@@ -567,6 +579,7 @@ typedef struct slot { /* one collective's meeting place */
     long seq;
     int busy, arrived, computed, left;
     int checked, bad; /* the ranks' calls compared; they differ */
+    int inside;       /* ranks inside run_collective with their task here: readers of the others' tasks */
     int delivered;    /* remote ranks that have their result */
     char why[480];    /* how */
     struct task* task[MAXR];
@@ -663,9 +676,57 @@ typedef struct comm {
     long ticket_next, ticket_serving; /* its work items talk to the hub in the order they were launched */
     int proxy;      /* at the hub: stands for a rank of another process */
     int host_fd;    /* rank 0 at NCCL_COMM_ID: the listening socket, until every rank has joined */
+    /* NCCL's per-peer point-to-point connector state (connIndex 1), by peer:
+     * hasSeen, set at a Send's or Recv's call and never cleared; connected,
+     * once a group that asked for the connection set it up; broken, once this
+     * rank's side of a connection setup with the peer failed (see p2p_stale) */
+    uint64_t seen_send, seen_recv, conn_send, conn_recv, p2p_broken;
+    struct gjob* job; /* NCCL's comm->groupJob: the non-blocking job a success completes (see job_complete) */
+    int calls;           /* threads inside an API call on this communicator (see call_enter) */
+    const char* call_fn; /* the latest of them */
+    int releasing;       /* ncclCommDestroy (1) or ncclCommAbort (2) is running on it */
+    const char* freed_by; /* the call that freed it (ncclCommDestroy or ncclCommAbort) */
     struct comm* next_all;
 } comm;
 static comm* all_comms; /* every comm ever made, live or dead */
+
+/* known says whether c is a communicator this library made (g held): a set
+ * of every comm ever made (they are never freed), so that checking a handle
+ * costs the same however many communicators the process made. */
+static comm** comm_tab;
+static size_t comm_tab_cap, comm_tab_n;
+static size_t comm_slot(const comm* c, size_t cap) {
+    uint64_t x = (uint64_t)(uintptr_t)c;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (size_t)x & (cap - 1);
+}
+static void comm_tab_add(comm* c) {
+    if (2 * (comm_tab_n + 1) > comm_tab_cap) {
+        size_t cap = comm_tab_cap ? 2 * comm_tab_cap : 256;
+        comm** t = calloc(cap, sizeof *t);
+        for (size_t i = 0; i < comm_tab_cap; i++)
+            if (comm_tab[i]) {
+                size_t j = comm_slot(comm_tab[i], cap);
+                while (t[j]) j = (j + 1) & (cap - 1);
+                t[j] = comm_tab[i];
+            }
+        free(comm_tab);
+        comm_tab = t;
+        comm_tab_cap = cap;
+    }
+    size_t j = comm_slot(c, comm_tab_cap);
+    while (comm_tab[j]) j = (j + 1) & (comm_tab_cap - 1);
+    comm_tab[j] = c;
+    comm_tab_n++;
+}
+static int known(const comm* c) {
+    if (!c || !comm_tab_cap) return 0;
+    for (size_t j = comm_slot(c, comm_tab_cap); comm_tab[j]; j = (j + 1) & (comm_tab_cap - 1))
+        if (comm_tab[j] == c) return 1;
+    return 0;
+}
 
 static int is_aborted(comm* c) { return c && __atomic_load_n(&c->aborted, __ATOMIC_RELAXED); }
 /* rstopped: a remote rank's requests give up: aborted, revoked, halted by a
@@ -705,8 +766,7 @@ static int runtime_connect(void) {
 static ncclResult_t live(comm* c, const char* fn) {
     if (!c) return fail(ncclInvalidArgument, "%s: comm argument is NULL", fn);
     pthread_mutex_lock(&g);
-    comm* k = all_comms;
-    while (k && k != c) k = k->next_all;
+    int k = known(c);
     pthread_mutex_unlock(&g);
     if (!k) return fail(ncclInvalidArgument, "%s: invalid comm %p", fn, (void*)c);
     if (c->magic == DEAD_MAGIC) {
@@ -723,8 +783,10 @@ static ncclResult_t live(comm* c, const char* fn) {
  * handle (window registration, properties, PreMulSum ops, finalize, split,
  * shrink, grow, suspend, memory statistics); only ncclCommAbort frees such a
  * communicator. */
+static void job_complete(comm* c);
 static ncclResult_t ready_err(comm* c) {
     if (c->blocking) return ncclSuccess;
+    job_complete(c);
     pthread_mutex_lock(&g);
     ncclResult_t a = c->async;
     pthread_mutex_unlock(&g);
@@ -739,11 +801,55 @@ static __thread struct task** group_tail; /* NULL means &group_head */
 static __thread ncclResult_t group_error; /* a call inside the group failed: ncclGroupEnd launches nothing */
 static __thread comm* group_inits[MAXR];  /* communicators whose init the group deferred */
 static __thread int group_ninits;
+/* The communicators that joined the group (NCCL's ncclGroupCommHead): those
+ * of its operations, a one-rank collective's apart (it runs at the call and
+ * joins nothing). The last to join sets the group's mode, as NCCL's
+ * ncclGroupBlocking: a non-blocking group runs on a thread of its own. */
+static __thread comm** group_members;
+static __thread int group_nmembers, group_members_cap;
+static __thread int group_blocking = -1;
 
 /* group_err records a failure inside a group, as NCCL's ncclGroupErrCheck does. */
 static ncclResult_t group_err(ncclResult_t r) {
     if (group_depth > 0 && r != ncclSuccess && r != ncclInProgress) group_error = r;
     return r;
+}
+
+static void group_join(comm* c) {
+    group_blocking = c->blocking;
+    for (int i = 0; i < group_nmembers; i++)
+        if (group_members[i] == c) return;
+    if (group_nmembers == group_members_cap) {
+        group_members_cap = 2 * group_members_cap + 8;
+        group_members = realloc(group_members, group_members_cap * sizeof *group_members);
+    }
+    group_members[group_nmembers++] = c;
+}
+
+/* die stops the process, loudly, where real NCCL would crash or corrupt memory. */
+__attribute__((noreturn, format(printf, 1, 2))) static void die(const char* fmt, ...) {
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "fakenccl: %s\n", text);
+    fflush(stderr);
+    abort();
+}
+
+/* group_check_freed: ncclCommAbort takes no lock and never looks at other
+ * threads' open groups (their lists are thread-local): a communicator that
+ * another thread freed while it was linked in this thread's group is touched
+ * by the group's next call and by its ncclGroupEnd (groupCleanup included), a
+ * use after free that real NCCL does not survive. */
+static void group_check_freed(const char* fn) {
+    for (int i = 0; i < group_nmembers + group_ninits; i++) {
+        comm* c = i < group_nmembers ? group_members[i] : group_inits[i - group_nmembers];
+        if (__atomic_load_n(&c->magic, __ATOMIC_ACQUIRE) == DEAD_MAGIC)
+            die("%s: communicator %p was freed by %s while linked in this thread's open group", fn, (void*)c,
+                c->freed_by ? c->freed_by : "ncclCommAbort");
+    }
 }
 
 /* A test-set delay inside every operation call, so that a call still inside
@@ -762,6 +868,182 @@ static void inside_call(comm* c, const char* fn) {
     }
 }
 
+/* ---- calls inside the library, and ncclCommDestroy/Abort beside them ----
+ *
+ * NCCL's ncclCommAbort takes no lock; with several ranks of a communicator in
+ * one process the last abort frees them all (init.cc commReclaim), and NCCL
+ * was seen to crash ("double free or corruption (out)": VCCL 2.29.2, NVIDIA
+ * 2.29.2 and 2.30.7) when one rank's abort ran while another thread was inside
+ * a call (ncclAllReduce) on another rank. The docs: "make sure no thread is
+ * calling any NCCL operations while calling ncclCommAbort". So the fake
+ * counts, per communicator, the threads inside an API call that takes it
+ * (call_enter; ncclGroupEnd counts for each communicator of its group), and
+ * stops the process, whichever came first, when
+ *  - ncclCommAbort of a communicator runs while another thread is inside a
+ *    call (ncclCommDestroy and ncclCommAbort included) on a communicator of
+ *    the same clique held in this process;
+ *  - ncclCommDestroy of a communicator runs while another thread is inside a
+ *    call on that same communicator, or an abort of the clique runs.
+ * ncclCommDestroy of one rank beside calls on the others is let through, as
+ * are two destroys at once: a destroy that is not the clique's last frees
+ * nothing (NCCL counts them with an atomic, finalizeRankCnt), and the last
+ * one's peers are freed already (their calls are caught as uses of freed
+ * communicators). The two test hooks widen the window:
+ * fakenccl_set_call_delay_us keeps operations inside, and
+ * fakenccl_set_abort_delay_us keeps ncclCommDestroy and ncclCommAbort inside
+ * once they are counted. Calls that make a communicator (init, split's
+ * child, grow's new rank) are not counted. */
+
+static int releasing_now; /* (g) ncclCommDestroy/Abort calls running in this process */
+static long abort_delay_us;
+API void fakenccl_set_abort_delay_us(long us) { __atomic_store_n(&abort_delay_us, us, __ATOMIC_RELAXED); }
+
+/* clique_mates: a and b are ranks of one communicator held in this process. */
+static int clique_mates(const comm* a, const comm* b) {
+    if (a == b) return 1;
+    if (a->proxy || b->proxy) return 0;
+    if (a->c || b->c) return a->c == b->c;
+    return a->key && a->key == b->key; /* ranks of a clique held in another process */
+}
+
+static const char* release_name(int how) { return how == 2 ? "ncclCommAbort" : "ncclCommDestroy"; }
+
+/* call_enter counts this thread inside a call on c (NULL, unknown or freed
+ * communicators are left to the call's own checks). */
+static comm* call_enter(comm* c, const char* fn) {
+    if (!c) return NULL;
+    pthread_mutex_lock(&g);
+    if (!known(c) || c->magic != COMM_MAGIC) {
+        pthread_mutex_unlock(&g);
+        return NULL;
+    }
+    c->calls++;
+    c->call_fn = fn;
+    if (releasing_now)
+        for (comm* k = all_comms; k; k = k->next_all)
+            if (k->releasing && (k->releasing == 2 || k == c) && clique_mates(k, c))
+                die("%s on rank %d (communicator %p) was called while another thread was in %s of rank %d of the same "
+                    "communicator: NCCL frees communicators under such calls; make sure no thread is calling NCCL "
+                    "while ncclCommAbort runs",
+                    fn, c->rank, (void*)c, release_name(k->releasing), k->rank);
+    pthread_mutex_unlock(&g);
+    return c;
+}
+
+static void call_leave(comm** p) {
+    if (!*p) return;
+    pthread_mutex_lock(&g);
+    (*p)->calls--;
+    pthread_mutex_unlock(&g);
+}
+
+/* CALL counts the rest of the enclosing block as inside a call on c. */
+#define CALL(c, fn) __attribute__((cleanup(call_leave), unused)) comm* call_guard_ = call_enter(c, fn)
+
+/* release_begin marks c as being destroyed (how 1) or aborted (how 2), once
+ * no other thread is inside a call on its clique. */
+static void release_begin(comm* c, int how) {
+    pthread_mutex_lock(&g);
+    for (comm* k = all_comms; k; k = k->next_all) {
+        if (k->magic != COMM_MAGIC || !clique_mates(k, c)) continue;
+        if (k->calls > 0 && (how == 2 || k == c))
+            die("%s of rank %d (communicator %p) while another thread is inside %s on rank %d of the same "
+                "communicator: NCCL frees communicators under such calls; make sure no thread is calling NCCL while "
+                "ncclCommAbort runs",
+                release_name(how), c->rank, (void*)c, k->call_fn ? k->call_fn : "a call", k->rank);
+        if (k != c && k->releasing && (how == 2 || k->releasing == 2))
+            die("%s of rank %d (communicator %p) while another thread is in %s of rank %d of the same communicator: "
+                "abort the ranks of a communicator held in one process from one thread",
+                release_name(how), c->rank, (void*)c, release_name(k->releasing), k->rank);
+    }
+    c->releasing = how;
+    releasing_now++;
+    pthread_mutex_unlock(&g);
+    long us = __atomic_load_n(&abort_delay_us, __ATOMIC_RELAXED);
+    if (us > 0) usleep(us);
+}
+
+static void release_end(comm* c) {
+    pthread_mutex_lock(&g);
+    c->releasing = 0;
+    releasing_now--;
+    pthread_mutex_unlock(&g);
+}
+
+/* ---- non-blocking jobs: who completes them ----
+ *
+ * A non-blocking communicator's background work (a group's launch, an init,
+ * a split, a finalize...) is NCCL's group job: ncclGroupEnd links it to every
+ * member that has none (comm->groupJob, counted in groupRefCount), and the
+ * first ncclCommGetAsyncError on a member that reads ncclSuccess completes it
+ * (ncclGroupJobComplete: join the thread once, drop the member's count, the
+ * last deletes the job), as does any call that runs ncclCommEnsureReady (an
+ * operation, most calls taking a communicator, Destroy). comm->groupJob is
+ * read without a lock: two threads doing that at once on members of one job
+ * (one communicator, or two of one group) both complete it, and one deletes
+ * it while the other still joins its std::thread: "terminate called without
+ * an active exception" (SIGABRT) on NCCL 2.30.7 and VCCL 2.29.2; 2.28's
+ * pthread underflows the count silently. Every variant of the fake stops the
+ * process there: each completion holds the job for a short window
+ * (fakenccl_set_complete_window_us, 200 us) and a second thread completing
+ * the same job meanwhile is the crash. */
+typedef struct gjob {
+    int refs;       /* members linked to it */
+    int completing; /* threads inside its completion */
+} gjob;
+
+static long complete_window_us = 200;
+API void fakenccl_set_complete_window_us(long us) { __atomic_store_n(&complete_window_us, us, __ATOMIC_RELAXED); }
+
+/* job_start makes a job for the non-blocking communicators cs (g held): each
+ * that has none is linked to it. */
+static void job_start(comm** cs, int n) {
+    gjob* j = calloc(1, sizeof *j);
+    for (int i = 0; i < n; i++)
+        if (!cs[i]->blocking && !cs[i]->job) {
+            cs[i]->job = j;
+            j->refs++;
+        }
+    if (!j->refs) free(j);
+}
+static void job_start1(comm* c) { job_start(&c, 1); }
+
+/* job_unlink drops c's link (g held): ncclGroupJobAbort's part in an abort. */
+static void job_unlink(comm* c) {
+    gjob* j = c->job;
+    if (!j) return;
+    c->job = NULL;
+    if (--j->refs == 0 && !j->completing) free(j);
+}
+
+/* job_complete is what ncclCommGetAsyncError does once it reads ncclSuccess
+ * on a communicator linked to a job (g not held). */
+static void job_complete(comm* c) {
+    pthread_mutex_lock(&g);
+    gjob* j = c->job;
+    if (!j || c->async != ncclSuccess) {
+        pthread_mutex_unlock(&g);
+        return;
+    }
+    int twice = ++j->completing > 1;
+    pthread_mutex_unlock(&g);
+    if (twice)
+        die("terminate called without an active exception (two threads completed one non-blocking group job): "
+            "ncclCommGetAsyncError (or a call running ncclCommEnsureReady) on rank %d (communicator %p) while another "
+            "thread completed the same job on a communicator of its group; poll a group's communicators from one "
+            "thread", c->rank, (void*)c);
+    long us = __atomic_load_n(&complete_window_us, __ATOMIC_RELAXED);
+    if (us > 0) usleep(us);
+    pthread_mutex_lock(&g);
+    j->completing--;
+    if (c->job == j) {
+        c->job = NULL;
+        j->refs--;
+    }
+    if (!j->refs && !j->completing) free(j);
+    pthread_mutex_unlock(&g);
+}
+
 static const char* cfg_names[] = {"blocking", "cgaClusterSize", "minCTAs", "maxCTAs", "splitShare", "trafficClass",
                                   "collnetEnable", "CTAPolicy", "shrinkShare", "nvlsCTAs", "nChannelsPerNetPeer",
                                   "nvlinkCentricSched", NULL};
@@ -777,6 +1059,7 @@ static comm* new_comm(int dev) {
     pthread_mutex_lock(&g);
     c->next_all = all_comms;
     all_comms = c;
+    comm_tab_add(c);
     pthread_mutex_unlock(&g);
     return c;
 }
@@ -825,6 +1108,15 @@ API int fakenccl_config_int(comm* c, const char* field, int* out) {
 }
 
 API const char* fakenccl_comm_name(comm* c) { return c ? c->name : NULL; }
+
+/* fakenccl_freed_by names the call that freed c ("ncclCommDestroy",
+ * "ncclCommAbort"), NULL while it lives: freed communicators stay readable. */
+API const char* fakenccl_freed_by(comm* c) {
+    pthread_mutex_lock(&g);
+    const char* s = c && c->magic != COMM_MAGIC ? c->freed_by : NULL;
+    pthread_mutex_unlock(&g);
+    return s;
+}
 
 API int fakenccl_live_comms(void) {
     int n = 0;
@@ -1170,6 +1462,11 @@ static ncclResult_t init_rank(comm** out, int nranks, const ncclUniqueId* id, in
     *out = c;
     if (!c->blocking || group_depth > 0) { /* in a group NCCL defers the init to ncclGroupEnd */
         c->async = ncclInProgress;
+        if (!group_depth) { /* a job of its own (a group's inits are linked at ncclGroupEnd) */
+            pthread_mutex_lock(&g);
+            job_start1(c);
+            pthread_mutex_unlock(&g);
+        }
         if (group_depth > 0) {
             if (group_ninits == MAXR) return group_err(fail(ncclInternalError, "%s: too many inits in one group", fn));
             group_inits[group_ninits++] = c;
@@ -1349,6 +1646,7 @@ static void* split_later(void* p) {
 }
 
 API ncclResult_t ncclCommSplit(comm* c, int color, int key, comm** out, const void* cfg) {
+    CALL(c, "ncclCommSplit");
     ncclResult_t r = live(c, "ncclCommSplit");
     if (r || (r = ready_err(c))) return r;
     if (!out) return fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
@@ -1370,6 +1668,7 @@ API ncclResult_t ncclCommSplit(comm* c, int color, int key, comm** out, const vo
         nc->async = ncclInProgress;
         pthread_mutex_lock(&g);
         set_async(c, ncclInProgress);
+        job_start1(c);
         pthread_mutex_unlock(&g);
         splitter* sp = malloc(sizeof *sp);
         *sp = (splitter){c, nc, out, color, key};
@@ -1429,11 +1728,15 @@ static void* finalize_later(void* p) {
 }
 
 API ncclResult_t ncclCommFinalize(comm* c) {
+    CALL(c, "ncclCommFinalize");
     ncclResult_t r = live(c, "ncclCommFinalize");
     if (r || (r = ready_err(c))) return r;
     if (c->revoked) return fail(ncclInvalidArgument, "ncclCommFinalize: calling ncclCommFinalize after ncclCommRevoke is invalid");
     if (!c->blocking) {
+        pthread_mutex_lock(&g);
         c->async = ncclInProgress;
+        job_start1(c);
+        pthread_mutex_unlock(&g);
         pthread_t th;
         pthread_create(&th, NULL, finalize_later, c);
         pthread_detach(th);
@@ -1493,12 +1796,17 @@ static ncclResult_t release(comm* c, const char* fn, int wait) {
     if (!c) return fail(ncclInvalidArgument, "%s: comm is NULL", fn);
     ncclResult_t r = live(c, fn);
     if (r && r != ncclInvalidUsage) return r; /* a comm still initializing may be aborted */
+    if (wait && !r && (r = ready_err(c))) /* ncclCommEnsureReady: a communicator left in error is only aborted */
+        return fail(r, "%s: the communicator is in error (%s): only ncclCommAbort frees it", fn, ncclGetErrorString(r));
+    release_begin(c, wait ? 1 : 2);
     if (wait) wait_idle(c);
     pthread_mutex_lock(&g);
     if (!wait) c->aborted = 1;
+    job_unlink(c); /* ncclGroupJobAbort (abort), or the completed job's link (destroy) */
     pthread_cond_broadcast(&gc); /* an abort stops the work in flight first */
     wait_graphs(c, fn);
-    c->magic = DEAD_MAGIC; /* kept allocated: work in flight may still read it */
+    c->freed_by = fn;
+    __atomic_store_n(&c->magic, DEAD_MAGIC, __ATOMIC_RELEASE); /* kept allocated: work in flight may still read it */
     if (c->host_fd >= 0) shutdown(c->host_fd, SHUT_RDWR); /* an init given up: its address takes no one more */
     /* A remote rank's connection closes: its hub marks the rank's proxy
      * aborted. Whoever still uses the connection closes it last. */
@@ -1512,6 +1820,7 @@ static ncclResult_t release(comm* c, const char* fn, int wait) {
     }
     pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
+    release_end(c);
     return ncclSuccess;
 }
 
@@ -1520,19 +1829,22 @@ API ncclResult_t ncclCommAbort(comm* c) { return release(c, "ncclCommAbort", 0);
 
 API ncclResult_t ncclCommGetAsyncError(comm* c, ncclResult_t* r) {
     if (!c || !r) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: NULL argument");
+    CALL(c, "ncclCommGetAsyncError");
     pthread_mutex_lock(&g);
-    comm* k = all_comms;
-    while (k && k != c) k = k->next_all;
+    int k = known(c);
     if (k && c->magic == DEAD_MAGIC) {
         fprintf(stderr, "fakenccl: ncclCommGetAsyncError: use of destroyed communicator %p\n", (void*)c);
         abort();
     }
     if (k) *r = c->async;
     pthread_mutex_unlock(&g);
-    return k ? ncclSuccess : fail(ncclInvalidArgument, "ncclCommGetAsyncError: invalid comm");
+    if (!k) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: invalid comm");
+    if (*r == ncclSuccess) job_complete(c); /* the job it was linked to, done: joined (see job_complete) */
+    return ncclSuccess;
 }
 
 API ncclResult_t ncclCommCount(comm* c, int* n) {
+    CALL(c, "ncclCommCount");
     ncclResult_t r = live(c, "ncclCommCount");
     if (r || (r = ready_err(c))) return r;
     if (!n) return fail(ncclInvalidArgument, "ncclCommCount: count is NULL");
@@ -1541,6 +1853,7 @@ API ncclResult_t ncclCommCount(comm* c, int* n) {
 }
 
 API ncclResult_t ncclCommCuDevice(comm* c, int* d) {
+    CALL(c, "ncclCommCuDevice");
     ncclResult_t r = live(c, "ncclCommCuDevice");
     if (r || (r = ready_err(c))) return r;
     if (!d) return fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
@@ -1549,6 +1862,7 @@ API ncclResult_t ncclCommCuDevice(comm* c, int* d) {
 }
 
 API ncclResult_t ncclCommUserRank(comm* c, int* rank) {
+    CALL(c, "ncclCommUserRank");
     ncclResult_t r = live(c, "ncclCommUserRank");
     if (r || (r = ready_err(c))) return r;
     if (!rank) return fail(ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
@@ -1694,6 +2008,8 @@ static val combine(int t, int op, val a, val b) {
 enum { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kGather, kScatter, kSend, kRecv, kAlltoAllv };
 static const char* kind_names[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AlltoAll",
                                    "Gather", "Scatter", "Send", "Recv", "AlltoAllv"};
+static const char* api_names[] = {"ncclAllReduce", "ncclBroadcast", "ncclReduce", "ncclAllGather", "ncclReduceScatter",
+                                  "ncclAlltoAll", "ncclGather", "ncclScatter", "ncclSend", "ncclRecv", "ncclAlltoAllv"};
 static const char* type_names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
                                    "float64", "bfloat16", "float8e4m3", "float8e5m2"};
 
@@ -1716,6 +2032,9 @@ typedef struct task {
     size_t* a2av; /* sendcounts, sdispls, recvcounts, rdispls: copied at launch */
     const size_t* a2av_user[4]; /* the caller's arrays, read until the group ends (as VCCL does) */
     unsigned long a2av_sum;     /* their checksum when the call was made */
+    int asks;    /* a Send or Recv whose call set NCCL's hasSeen flag: its group asks to connect that direction */
+    int refs;    /* holders besides its owner: the collective slot it was placed in (see task_put) */
+    int dropped; /* its owner is done with it: the last holder frees it */
     struct task* next;
 } task;
 
@@ -1889,6 +2208,38 @@ static void mismatch(comm* c, long seq, const char* why) {
     pthread_mutex_unlock(&errmu);
 }
 
+/* A collective's task is read by the other ranks once it is in its slot
+ * (check_calls compares the calls, compute reads the inputs): its owner (the
+ * work item, or a hub's request) gives it up with task_put, and the slot
+ * holds it (refs) until every rank has arrived and none is still inside, so
+ * that a rank stopped by an abort (or a revoke) leaves its task readable by
+ * the peers that still come to check it. A slot a rank never reaches keeps
+ * its tasks: a checker may still come. */
+static void task_free(task* t) {
+    free(t->a2av);
+    free(t);
+}
+
+/* task_put: the owner is done with t. */
+static void task_put(task* t) {
+    pthread_mutex_lock(&g);
+    int held = t->refs > 0;
+    if (held) t->dropped = 1;
+    pthread_mutex_unlock(&g);
+    if (!held) task_free(t);
+}
+
+/* slot_leave: a rank is done reading s's tasks (g held). */
+static void slot_leave(slot* s, int n) {
+    s->inside--;
+    if (s->inside > 0 || s->arrived < n) return;
+    for (int r = 0; r < n; r++) {
+        task* t = s->task[r];
+        s->task[r] = NULL;
+        if (t && --t->refs == 0 && t->dropped) task_free(t);
+    }
+}
+
 /* run_collective meets the other ranks' tasks of the same sequence number,
  * checks that they all called the same collective, computes into a private
  * buffer once all inputs are there, and writes it out only when every rank
@@ -1905,19 +2256,27 @@ static ncclResult_t run_collective(task* me, char* why, size_t whylen) {
         return ncclSuccess;
     }
     if (!s->busy) {
+        for (int r = 0; r < MAXR; r++) /* none left by now: every rank arrived and left */
+            if (s->task[r] && --s->task[r]->refs == 0 && s->task[r]->dropped) task_free(s->task[r]);
         memset(s, 0, sizeof *s);
         s->busy = 1;
         s->seq = me->seq;
     }
     s->task[me->c->rank] = me;
+    me->refs++;
+    s->inside++;
     s->arrived++;
     pthread_cond_broadcast(&gc);
     while (s->arrived < n && !stopped(me->c)) pthread_cond_wait(&gc, &g);
     if (!stopped(me->c) && !s->checked) check_calls(s, n);
     int bad = s->bad;
     if (bad) snprintf(why, whylen, "%s", s->why);
+    if (stopped(me->c)) { /* the kernel quits on NCCL's abort flag; the task stays for the peers */
+        slot_leave(s, n);
+        pthread_mutex_unlock(&g);
+        return ncclSuccess;
+    }
     pthread_mutex_unlock(&g);
-    if (stopped(me->c)) return ncclSuccess; /* the kernel quits on NCCL's abort flag */
 
     size_t bytes = out_bytes(me);
     char* out = receives(me) && !bad ? malloc(bytes ? bytes : 1) : NULL;
@@ -1928,15 +2287,18 @@ static ncclResult_t run_collective(task* me, char* why, size_t whylen) {
     s->computed++;
     pthread_cond_broadcast(&gc);
     while (s->computed < n && !stopped(me->c)) pthread_cond_wait(&gc, &g);
-    pthread_mutex_unlock(&g);
     if (stopped(me->c)) {
+        slot_leave(s, n);
+        pthread_mutex_unlock(&g);
         free(out);
         return ncclSuccess;
     }
+    pthread_mutex_unlock(&g);
     if (out) memcpy(me->recv, out, bytes);
     free(out);
     pthread_mutex_lock(&g);
     s->left++;
+    slot_leave(s, n);
     if (me->c->proxy) me->owed = 1; /* collective_delivered, once its remote rank has it */
     else /* the hub's own ranks end after the remote ranks have their results: the process may exit next */
         while (s->busy && s->seq == me->seq && s->delivered < q->nproxies && !stopped(me->c)) pthread_cond_wait(&gc, &g);
@@ -1946,6 +2308,9 @@ static ncclResult_t run_collective(task* me, char* why, size_t whylen) {
     if (bad) mismatch(me->c, me->seq, why);
     return bad ? ncclInvalidUsage : ncclSuccess;
 }
+
+static int broken_peer(comm* c, uint64_t p2p);
+static ncclResult_t broken_fail(const char* fn, int me, int peer);
 
 /* run_p2p posts every send of a batch, performs its receives, then waits until
  * its sends were taken: any matched pattern completes, as NCCL groups do. */
@@ -1963,11 +2328,17 @@ static ncclResult_t run_p2p(task* batch) {
         if (t->kind != kRecv) continue;
         clique* q = t->c->c;
         msg* m;
+        int broken = 0;
         for (;;) {
             for (m = q->mail; m; m = m->next)
                 if (!m->taken && m->src == t->peer && m->dst == t->c->rank && m->seq == t->seq) break;
             if (m || stopped(t->c)) break;
+            if ((broken = broken_peer(t->c, 1ull << t->peer) >= 0)) break;
             pthread_cond_wait(&gc, &g);
+        }
+        if (!m && broken) { /* the peer's side of the connection setup failed: see p2p_stale */
+            set_sticky(t->c, ncclRemoteError);
+            res = broken_fail("ncclRecv", t->c->rank, t->peer);
         }
         if (!m) continue; /* aborted */
         size_t want = t->count * type_size(t->type);
@@ -1994,6 +2365,16 @@ static ncclResult_t run_p2p(task* batch) {
                 break;
             }
             if (stopped(t->c)) break;
+            if (broken_peer(t->c, 1ull << t->peer) >= 0) { /* never taken: see p2p_stale */
+                if (*pm && !(*pm)->taken) {
+                    msg* m = *pm;
+                    *pm = m->next;
+                    free(m);
+                }
+                set_sticky(t->c, ncclRemoteError);
+                res = broken_fail("ncclSend", t->c->rank, t->peer);
+                break;
+            }
             pthread_cond_wait(&gc, &g);
         }
     }
@@ -2106,8 +2487,7 @@ static void run_item(void* p) {
         } else {
             if (!c->remote) run_collective(t, why, sizeof why);
             else if (!rstopped(c)) remote_collective(t);
-            free(t->a2av);
-            free(t);
+            task_put(t);
         }
         t = next;
     }
@@ -2187,6 +2567,7 @@ static void* clone_item(void* p) {
         task* k = malloc(sizeof *k);
         *k = *t;
         k->next = NULL;
+        k->refs = k->dropped = 0;
         if (t->a2av) {
             size_t n = 4 * (size_t)c->nranks * c->nranks * sizeof(size_t);
             k->a2av = malloc(n);
@@ -2239,14 +2620,36 @@ static int missing(clique* q, uint64_t need) {
     return m ? __builtin_ctzll(m) : -1;
 }
 
+/* broken_peer is the lowest rank of p2p whose side of a point-to-point
+ * connection setup with c failed (see p2p_stale), or -1 (g held). */
+static int broken_peer(comm* c, uint64_t p2p) {
+    clique* q = c->c;
+    for (uint64_t m = p2p; m; m &= m - 1) {
+        int r = __builtin_ctzll(m);
+        comm* k = q && r < q->nranks ? q->comm[r] : NULL;
+        if (k && (__atomic_load_n(&k->p2p_broken, __ATOMIC_RELAXED) >> c->rank & 1)) return r;
+    }
+    return -1;
+}
+
+/* broken_text says why a rank's point-to-point work with a broken peer fails. */
+static ncclResult_t broken_fail(const char* fn, int me, int peer) {
+    return fail(ncclRemoteError,
+                "%s: rank %d cannot connect its Send/Recv with rank %d: rank %d's side of the connection setup failed "
+                "(a discarded group left its per-peer connection flags set; real NCCL fails or hangs here)",
+                fn, me, peer, peer);
+}
+
 /* connect_wait waits (g held) until every rank of need has issued its first
- * operation, or c is aborted (-1). Past the warning time it says once why it
- * waits: on stderr, or in a note to the remote rank c stands for (note_fd). */
-static int connect_wait(comm* c, uint64_t need, const char* fn, int note_fd) {
+ * operation (0), or c is aborted (-1), or a peer of p2p (ranks this launch
+ * asks to connect Send/Recv with) has broken its side of the setup (-2).
+ * Past the warning time it says once why it waits: on stderr, or in a note to
+ * the remote rank c stands for (note_fd). */
+static int connect_wait(comm* c, uint64_t need, uint64_t p2p, const char* fn, int note_fd) {
     clique* q = c->c;
     struct timespec dl = warn_deadline();
     int warned = 0;
-    while (missing(q, need) >= 0 && !stopped(c)) {
+    while (missing(q, need) >= 0 && !stopped(c) && broken_peer(c, p2p) < 0) {
         if (warned) {
             pthread_cond_wait(&gc, &g);
             continue;
@@ -2270,18 +2673,140 @@ static int connect_wait(comm* c, uint64_t need, const char* fn, int note_fd) {
         }
         pthread_mutex_lock(&g);
     }
-    return stopped(c) ? -1 : 0;
+    if (stopped(c)) return -1;
+    return broken_peer(c, p2p) >= 0 ? -2 : 0;
+}
+
+/* ---- point-to-point connection flags left by a discarded group ----
+ *
+ * NCCL sets per-peer "seen" flags on its Send/Recv connectors at the call
+ * (enqueue.cc p2pTaskAppend: hasSeen, with a connectSend/connectRecv bit that
+ * asks ncclGroupEnd to connect that direction), and never clears hasSeen: a
+ * group discarded by groupCleanup clears the request bits, not the flags. Only
+ * a direction not connected yet is asked for (P2P connections are made
+ * lazily, whatever NCCL_RUNTIME_CONNECT says; once connected the flags do not
+ * matter). So after a discarded group held a Send to peer p (or a Recv from
+ * p) on a connection not yet made, this rank never asks for that direction
+ * again, while p asks for its side: their connection setup exchange differs in
+ * size (seen on 4 x H100, 2.28.3 and 2.30.7: one rank asked for one direction,
+ * the peer for two: "Message truncated : received 16384 bytes instead of
+ * 8192", ncclInternalError at ncclGroupEnd). The fake models each direction
+ * as 8192 bytes of connection information, one exchange per pair of ranks:
+ * the next launch of this rank that needs such a direction with p fails with
+ * ncclInternalError and that text (when this rank asks for nothing at all,
+ * real NCCL skips the exchange and hangs instead; the fake fails, saying
+ * so), and the connection with p stays broken: p's matching group fails with
+ * ncclRemoteError when it connects (or, already connected, when its Send/Recv
+ * runs: the communicator's asynchronous error), instead of hanging. */
+
+/* p2p_asks sets NCCL's hasSeen flag of a Send or Recv at its call (g held). */
+static void p2p_asks(task* t) {
+    comm* c = t->c;
+    if ((t->kind != kSend && t->kind != kRecv) || t->peer == c->rank) return;
+    uint64_t bit = 1ull << t->peer, *seen = t->kind == kSend ? &c->seen_send : &c->seen_recv;
+    if (!(*seen & bit)) {
+        *seen |= bit;
+        t->asks = 1;
+    }
+}
+
+typedef struct {
+    comm* c;
+    uint64_t has_s, has_r, ask_s, ask_r; /* peers of its Send/Recv tasks; those whose call set the flag */
+} p2pset;
+
+/* p2p_sets gathers a launch's Send/Recv peers by communicator (g held). */
+static int p2p_sets(task* list, p2pset** out) {
+    p2pset* ps = NULL;
+    int n = 0, cap = 0;
+    for (task* t = list; t; t = t->next) {
+        if ((t->kind != kSend && t->kind != kRecv) || t->peer == t->c->rank) continue;
+        int i = 0;
+        while (i < n && ps[i].c != t->c) i++;
+        if (i == n) {
+            if (n == cap) ps = realloc(ps, (cap = 2 * cap + 4) * sizeof *ps);
+            ps[n++] = (p2pset){t->c, 0, 0, 0, 0};
+        }
+        uint64_t bit = 1ull << t->peer;
+        if (t->kind == kSend) {
+            ps[i].has_s |= bit;
+            if (t->asks) ps[i].ask_s |= bit;
+        } else {
+            ps[i].has_r |= bit;
+            if (t->asks) ps[i].ask_r |= bit;
+        }
+    }
+    *out = ps;
+    return n;
+}
+
+/* p2p_stale fails a launch that needs a direction a discarded group left
+ * flagged but unconnected, and marks the connection with that peer broken. */
+static ncclResult_t p2p_stale(task* list, const char* fn) {
+    p2pset* ps;
+    pthread_mutex_lock(&g);
+    int n = p2p_sets(list, &ps);
+    comm* bc = NULL;
+    int peer = -1, needed = 0, asked = 0;
+    for (int i = 0; i < n && !bc; i++) {
+        comm* c = ps[i].c;
+        uint64_t stale = (ps[i].has_s & c->seen_send & ~c->conn_send & ~ps[i].ask_s) |
+                         (ps[i].has_r & c->seen_recv & ~c->conn_recv & ~ps[i].ask_r);
+        if (!stale) continue;
+        bc = c;
+        peer = __builtin_ctzll(stale);
+        uint64_t bit = 1ull << peer;
+        needed = !!(ps[i].has_s & ~c->conn_send & bit) + !!(ps[i].has_r & ~c->conn_recv & bit);
+        asked = !!(ps[i].ask_s & bit) + !!(ps[i].ask_r & bit);
+        c->p2p_broken |= bit;
+        if (!c->remote) c->c->started |= 1ull << c->rank; /* it reached the setup: a peer waiting there learns */
+        pthread_cond_broadcast(&gc);
+    }
+    pthread_mutex_unlock(&g);
+    free(ps);
+    if (!bc) return ncclSuccess;
+    if (bc->remote) { /* its hub marks the rank's proxy: the peers there learn too */
+        wbuf b = {0};
+        wb_start(&b, M_CONNECT);
+        wb_u64(&b, 0);
+        wb_str(&b, fn);
+        wb_u64(&b, 0);
+        wb_u64(&b, bc->p2p_broken);
+        char* p = NULL;
+        rbuf r;
+        if (rpc(bc, NULL, &b, &p, &r) == 0) free(p);
+        free(b.p);
+    }
+    if (asked)
+        return fail(ncclInternalError, "Message truncated : received %d bytes instead of %d", 8192 * needed, 8192 * asked);
+    return fail(ncclInternalError,
+                "%s: rank %d does not ask to connect its Send/Recv with rank %d (a discarded group left NCCL's per-peer "
+                "connection flags set) while rank %d asks: real NCCL hangs in the connection setup here",
+                fn, bc->rank, peer, peer);
+}
+
+/* p2p_connected marks the directions a launch connected (g held). */
+static void p2p_connected(task* list) {
+    for (task* t = list; t; t = t->next) {
+        if ((t->kind != kSend && t->kind != kRecv) || t->peer == t->c->rank) continue;
+        if (t->kind == kSend) t->c->conn_send |= 1ull << t->peer;
+        else t->c->conn_recv |= 1ull << t->peer;
+    }
 }
 
 /* connect_first makes the connections a launch's tasks still need, as NCCL
  * 2.22+ does inside the first operations: a collective needs every rank, a
  * send or receive its peer, and each must have issued its first operation
  * too. Every communicator of the group counts as connecting before any of them
- * waits, so one group covering several ranks connects them all. */
+ * waits, so one group covering several ranks connects them all. A Send/Recv
+ * direction not connected yet is set up with its peer: a peer whose side of
+ * that setup failed fails it (ncclRemoteError). */
 static ncclResult_t connect_first(task* list, const char* fn) {
+    ncclResult_t r = p2p_stale(list, fn);
+    if (r) return r;
     typedef struct {
         comm* c;
-        uint64_t need;
+        uint64_t need, p2p;
         int sent;
     } want_t;
     want_t* ws = NULL;
@@ -2289,16 +2814,21 @@ static ncclResult_t connect_first(task* list, const char* fn) {
     pthread_mutex_lock(&g);
     for (task* t = list; t; t = t->next) {
         comm* c = t->c;
-        uint64_t w = t->kind == kSend || t->kind == kRecv ? 1ull << t->peer : all_ranks(c->nranks);
+        int p2p = t->kind == kSend || t->kind == kRecv;
+        uint64_t w = p2p ? 1ull << t->peer : all_ranks(c->nranks);
         w &= ~(1ull << c->rank) & ~c->connected;
-        if (!w) continue;
+        uint64_t pw = 0;
+        if (p2p && t->peer != c->rank && !((t->kind == kSend ? c->conn_send : c->conn_recv) >> t->peer & 1))
+            pw = 1ull << t->peer;
+        if (!w && !pw) continue;
         int i = 0;
         while (i < n && ws[i].c != c) i++;
         if (i == n) {
             if (n == cap) ws = realloc(ws, (cap = 2 * cap + 4) * sizeof *ws);
-            ws[n++] = (want_t){c, 0, 0};
+            ws[n++] = (want_t){c, 0, 0, 0};
         }
         ws[i].need |= w;
+        ws[i].p2p |= pw;
     }
     for (int i = 0; i < n; i++)
         if (!ws[i].c->remote) ws[i].c->c->started |= 1ull << ws[i].c->rank;
@@ -2311,23 +2841,36 @@ static ncclResult_t connect_first(task* list, const char* fn) {
         wb_start(&b, M_CONNECT);
         wb_u64(&b, ws[i].need);
         wb_str(&b, fn);
+        wb_u64(&b, ws[i].p2p);
+        wb_u64(&b, 0);
         ws[i].sent = rpc_send(ws[i].c, NULL, &b) == 0;
         free(b.p);
     }
-    int failed = 0;
+    int failed = 0, bpeer = -1;
+    comm* bc = NULL;
+    char text[1024] = "";
     pthread_mutex_lock(&g);
     for (int i = 0; i < n; i++) {
         if (ws[i].c->remote) continue;
-        if (connect_wait(ws[i].c, ws[i].need, fn, -1)) failed = 1;
+        int st = connect_wait(ws[i].c, ws[i].need, ws[i].p2p, fn, -1);
+        if (st == -2 && !bc) {
+            bc = ws[i].c;
+            bpeer = broken_peer(bc, ws[i].p2p);
+        }
+        if (st) failed = 1;
         else ws[i].c->connected |= ws[i].need;
     }
     pthread_mutex_unlock(&g);
     for (int i = 0; i < n; i++) {
         if (!ws[i].c->remote) continue;
         char* p = NULL;
-        rbuf r;
-        if (!ws[i].sent || rpc_recv(ws[i].c, NULL, &p, &r) || rb_i32(&r)) failed = 1;
-        else {
+        rbuf rr;
+        int got = ws[i].sent && rpc_recv(ws[i].c, NULL, &p, &rr) == 0;
+        ncclResult_t res = got ? rb_i32(&rr) : ncclInternalError;
+        if (res) {
+            failed = 1;
+            if (got && res == ncclRemoteError && !text[0]) rb_str(&rr, text, sizeof text);
+        } else {
             pthread_mutex_lock(&g);
             ws[i].c->connected |= ws[i].need;
             pthread_mutex_unlock(&g);
@@ -2335,7 +2878,13 @@ static ncclResult_t connect_first(task* list, const char* fn) {
         free(p);
     }
     free(ws);
-    return failed ? fail(ncclInternalError, "%s: the communicator was aborted while connecting", fn) : ncclSuccess;
+    if (bc) return broken_fail(fn, bc->rank, bpeer);
+    if (text[0]) return fail(ncclRemoteError, "%s", text);
+    if (failed) return fail(ncclInternalError, "%s: the communicator was aborted while connecting", fn);
+    pthread_mutex_lock(&g);
+    p2p_connected(list);
+    pthread_mutex_unlock(&g);
+    return ncclSuccess;
 }
 
 /* itemmode: whether a capture records a (comm, stream)'s work item. */
@@ -2437,78 +2986,152 @@ static ncclResult_t launch(task* list, const char* fn) {
     return ncclSuccess;
 }
 
+/* discard_group is groupCleanup after a failed call inside the group (g not
+ * held): nothing runs, and every non-blocking communicator that joined the
+ * group (its operations' and its deferred inits') gets the group's error as
+ * its state (ncclCommSetAsyncError), which every later call but
+ * ncclCommAbort returns from ncclCommEnsureReady: such a communicator can
+ * only be aborted. Blocking members are left as they were. The Send/Recv
+ * connection flags the group's calls set stay (see p2p_stale). */
+static void discard_group(comm** members, int n, comm** inits, int ninits, ncclResult_t err) {
+    pthread_mutex_lock(&g);
+    for (int i = 0; i < n + ninits; i++) {
+        comm* c = i < n ? members[i] : inits[i - n];
+        if (!c->blocking) set_sticky(c, err);
+    }
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+}
+
+/* A non-blocking group's launch (NCCL's groupLaunchNonBlocking, on a thread
+ * of its own since 2.29, a pthread before): its result becomes the state of
+ * every non-blocking member. */
+typedef struct nbgroup {
+    task* list;
+    comm** members;
+    int n;
+    char fn[32];
+} nbgroup;
+
+static void* launch_later(void* p) {
+    name_thread("fakenccl-launch");
+    nbgroup* b = p;
+    ncclResult_t r = b->list ? launch(b->list, b->fn) : ncclSuccess;
+    pthread_mutex_lock(&g);
+    for (int i = 0; i < b->n; i++)
+        if (!b->members[i]->blocking) set_async(b->members[i], r);
+    pthread_cond_broadcast(&gc);
+    pthread_mutex_unlock(&g);
+    free(b->members);
+    free(b);
+    return NULL;
+}
+
+/* launch_nonblocking starts a non-blocking group: its members are in
+ * progress, linked to a new job (see job_complete), until it is launched. */
+static ncclResult_t launch_nonblocking(task* list, comm** members, int n, comm** inits, int ninits, const char* fn) {
+    nbgroup* b = calloc(1, sizeof *b);
+    b->list = list;
+    b->members = malloc((size_t)(n + ninits + 1) * sizeof *members);
+    memcpy(b->members, members, (size_t)n * sizeof *members);
+    b->n = n;
+    snprintf(b->fn, sizeof b->fn, "%s", fn);
+    pthread_mutex_lock(&g);
+    for (int i = 0; i < n; i++)
+        if (!members[i]->blocking) set_async(members[i], ncclInProgress);
+    memcpy(b->members + n, inits, (size_t)ninits * sizeof *inits); /* linked too, as NCCL's async jobs' comms */
+    job_start(b->members, n + ninits);
+    pthread_mutex_unlock(&g);
+    pthread_t th;
+    pthread_create(&th, NULL, launch_later, b);
+    pthread_detach(th);
+    return ncclInProgress;
+}
+
 API ncclResult_t ncclGroupEnd(void) {
     if (group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd: not in a group");
     if (--group_depth > 0) return ncclSuccess;
+    group_check_freed("ncclGroupEnd");
     task* list = group_head;
     group_head = NULL;
     group_tail = NULL;
     ncclResult_t err = group_error;
     group_error = ncclSuccess;
-    int ninits = group_ninits, nonblocking = 0;
+    int ninits = group_ninits, nonblocking = 0, nm = group_nmembers, mode = group_blocking;
     group_ninits = 0;
+    group_nmembers = 0;
+    group_blocking = -1;
+    comm** members = group_members;
     if (err) { /* as NCCL: a failed call inside the group discards all of it */
         free_tasks(list);
+        discard_group(members, nm, group_inits, ninits, err);
         return fail(err, "ncclGroupEnd: a call inside the group failed; nothing was launched");
     }
-    ncclResult_t initerr = ncclSuccess;
-    for (int i = 0; i < ninits; i++) { /* blocking inits complete within ncclGroupEnd */
-        comm* c = group_inits[i];
-        if (!c->blocking) {
-            nonblocking = 1;
-            continue;
+    comm** in = malloc((size_t)(nm + 1) * sizeof *in); /* inside this call, for ncclCommAbort's check */
+    for (int i = 0; i < nm; i++) in[i] = call_enter(members[i], "ncclGroupEnd");
+    ncclResult_t r;
+    if ((list || nm) && mode == 0) { /* a non-blocking group: launched on a thread */
+        r = launch_nonblocking(list, members, nm, group_inits, ninits, "ncclGroupEnd");
+    } else {
+        ncclResult_t initerr = ncclSuccess;
+        for (int i = 0; i < ninits; i++) { /* blocking inits complete within ncclGroupEnd */
+            comm* c = group_inits[i];
+            if (!c->blocking) {
+                nonblocking = 1;
+                continue;
+            }
+            pthread_mutex_lock(&g);
+            while (!c->ready && !c->aborted && c->async == ncclInProgress) pthread_cond_wait(&gc, &g);
+            if (!c->ready && !c->aborted && !initerr) initerr = c->async;
+            pthread_mutex_unlock(&g);
         }
+        if (nonblocking) {
+            pthread_mutex_lock(&g);
+            job_start(group_inits, ninits);
+            pthread_mutex_unlock(&g);
+        }
+        r = list ? launch(list, "ncclGroupEnd") : ncclSuccess;
         pthread_mutex_lock(&g);
-        while (!c->ready && !c->aborted && c->async == ncclInProgress) pthread_cond_wait(&gc, &g);
-        if (!c->ready && !c->aborted && !initerr) initerr = c->async;
+        for (int i = 0; i < nm; i++) /* a non-blocking member of a blocking group */
+            if (!members[i]->blocking) set_async(members[i], r);
         pthread_mutex_unlock(&g);
+        if (!r && initerr) r = initerr;
+        if (r == ncclSuccess && nonblocking) r = ncclInProgress;
     }
-    ncclResult_t r = list ? launch(list, "ncclGroupEnd") : ncclSuccess;
-    if (!r && initerr) r = initerr;
-    return r == ncclSuccess && nonblocking ? ncclInProgress : r;
-}
-
-static void* launch_later(void* p) {
-    name_thread("fakenccl-launch");
-    task* t = p;
-    comm* c = t->c;
-    char fn[32];
-    snprintf(fn, sizeof fn, "nccl%s", kind_names[t->kind]);
-    ncclResult_t r = launch(t, fn);
-    pthread_mutex_lock(&g);
-    set_async(c, r);
-    pthread_cond_broadcast(&gc);
-    pthread_mutex_unlock(&g);
-    return NULL;
+    for (int i = 0; i < nm; i++) call_leave(&in[i]);
+    free(in);
+    return r;
 }
 
 /* submit queues a checked task in the thread's group, or runs it as a group of
  * one. A non-blocking communicator's launch runs on a thread of its own, as
  * NCCL's groupLaunchNonBlocking does: the call returns ncclInProgress and the
- * communicator's state says when the launch is done. */
+ * communicator's state says when the launch is done. A Send or Recv sets its
+ * connection flag at the call (p2p_asks). */
 static ncclResult_t submit(task* t) {
+    comm* c = t->c;
+    pthread_mutex_lock(&g);
+    p2p_asks(t);
+    pthread_mutex_unlock(&g);
     if (group_depth > 0) {
+        group_join(c);
         if (!group_tail) group_tail = &group_head;
         *group_tail = t;
         group_tail = &t->next;
         return ncclSuccess;
     }
-    if (!t->c->blocking) {
+    char fn[32];
+    snprintf(fn, sizeof fn, "nccl%s", kind_names[t->kind]);
+    if (!c->blocking) {
         pthread_mutex_lock(&g);
-        if (t->c->async == ncclInProgress) {
+        if (c->async == ncclInProgress) {
             pthread_mutex_unlock(&g);
             free_tasks(t);
             return fail(ncclInvalidUsage, "call on a non-blocking communicator still in progress");
         }
-        t->c->async = ncclInProgress;
         pthread_mutex_unlock(&g);
-        pthread_t th;
-        pthread_create(&th, NULL, launch_later, t);
-        pthread_detach(th);
-        return ncclInProgress;
+        return launch_nonblocking(t, &c, 1, NULL, 0, fn);
     }
-    char fn[32];
-    snprintf(fn, sizeof fn, "nccl%s", kind_names[t->kind]);
     return launch(t, fn);
 }
 
@@ -2536,6 +3159,7 @@ static ncclResult_t comm_checks(comm* c, const char* fn) {
     if (c->broken) return fail(ncclInvalidUsage, "%s : %s", fn, broken_text);
     if (c->suspended) return fail(ncclInvalidUsage, "%s : communicator is suspended", fn);
     if (!c->blocking) {
+        job_complete(c);
         pthread_mutex_lock(&g);
         ncclResult_t a = c->async;
         pthread_mutex_unlock(&g);
@@ -2614,11 +3238,29 @@ static ncclResult_t enqueue_args(int kind, const char* fn, const void* send, voi
         t->scalar_i = c->premul_i[i];
         t->scalar_ptr = c->premul_ptr[i];
     }
+    /* A one-rank communicator's collective is launched at the call, in a
+     * group too, and joins no group (enqueue.cc taskAppend: "single rank
+     * communicators, collectives are issued as ncclMemcpyAsyncs and thus don't
+     * need a task"): a failed group does not hold it back, and a non-blocking
+     * communicator is not in progress after it. NCCL 2.14 did so for the
+     * reductions that are a copy (not Avg or PreMulSum). */
+#ifdef FAKENCCL_OLD
+    int direct = !(isop && (op == opAvg || op >= opPreMul));
+#else
+    int direct = 1;
+#endif
+    if (n == 1 && kind != kSend && kind != kRecv && direct) {
+        char name[32];
+        snprintf(name, sizeof name, "nccl%s", fn);
+        return launch(t, name);
+    }
     return submit(t);
 }
 
 static ncclResult_t enqueue(int kind, const char* fn, const void* send, void* recv, size_t count, int type, int op,
                             int root, comm* c, void* stream) {
+    CALL(c, api_names[kind]);
+    if (group_depth > 0) group_check_freed(api_names[kind]);
     ncclResult_t r = group_err(enqueue_checked(kind, fn, send, recv, count, type, op, root, c, stream));
     inside_call(r == ncclSuccess || r == ncclInProgress ? c : NULL, fn);
     return r;
@@ -2661,6 +3303,7 @@ API ncclResult_t ncclScatter(const void* s, void* r, size_t count, int type, int
 #endif
 
 API ncclResult_t ncclRedOpCreatePreMulSum(int* op, void* scalar, int type, int residence, comm* c) {
+    CALL(c, "ncclRedOpCreatePreMulSum");
     ncclResult_t r = live(c, "ncclRedOpCreatePreMulSum");
     if (r || (r = ready_err(c))) return r;
     if (!op || !scalar) return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: NULL argument");
@@ -2689,6 +3332,7 @@ API ncclResult_t ncclRedOpCreatePreMulSum(int* op, void* scalar, int type, int r
 }
 
 API ncclResult_t ncclRedOpDestroy(int op, comm* c) {
+    CALL(c, "ncclRedOpDestroy");
     ncclResult_t r = live(c, "ncclRedOpDestroy");
     if (r) return r;
     int i = op - opPreMul;
@@ -2701,6 +3345,7 @@ API ncclResult_t ncclRedOpDestroy(int op, comm* c) {
 /* ---- registration, memory, windows ---- */
 
 API ncclResult_t ncclCommRegister(comm* c, void* buff, size_t size, void** handle) {
+    CALL(c, "ncclCommRegister");
     ncclResult_t r = live(c, "ncclCommRegister");
     if (r) return r;
     if (!handle) return fail(ncclInvalidArgument, "ncclCommRegister: handle is NULL");
@@ -2713,6 +3358,7 @@ API ncclResult_t ncclCommRegister(comm* c, void* buff, size_t size, void** handl
 }
 
 API ncclResult_t ncclCommDeregister(comm* c, void* handle) {
+    CALL(c, "ncclCommDeregister");
     ncclResult_t r = live(c, "ncclCommDeregister");
     if (r) return r;
     if (!handle) return fail(ncclInvalidArgument, "ncclCommDeregister: handle is NULL");
@@ -2754,6 +3400,7 @@ static void* register_later(void* p) {
 }
 
 API ncclResult_t ncclCommWindowRegister(comm* c, void* buff, size_t size, window** win, int flags) {
+    CALL(c, "ncclCommWindowRegister");
     ncclResult_t r = live(c, "ncclCommWindowRegister");
     if (r || (r = ready_err(c))) return r;
     if (!win) return fail(ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
@@ -2769,6 +3416,7 @@ API ncclResult_t ncclCommWindowRegister(comm* c, void* buff, size_t size, window
         *w = (winreg){c, buff, size, win, flags};
         pthread_mutex_lock(&g);
         c->async = ncclInProgress;
+        job_start1(c);
         pthread_mutex_unlock(&g);
         pthread_t th;
         pthread_create(&th, NULL, register_later, w);
@@ -2836,6 +3484,7 @@ static void register_window(comm* c, void* buff, size_t size, window** win, int 
 }
 
 API ncclResult_t ncclCommWindowDeregister(comm* c, window* w) {
+    CALL(c, "ncclCommWindowDeregister");
     ncclResult_t r = live(c, "ncclCommWindowDeregister");
     if (r || (r = ready_err(c))) return r;
     pthread_mutex_lock(&g);
@@ -3129,6 +3778,7 @@ static ncclResult_t derive(deriver* d) {
         d->nc->async = ncclInProgress;
         pthread_mutex_lock(&g);
         set_async(d->parent, ncclInProgress);
+        job_start1(d->parent);
         pthread_mutex_unlock(&g);
         deriver* h = malloc(sizeof *h);
         *h = *d;
@@ -3151,6 +3801,7 @@ static ncclResult_t new_child(comm* c, const void* cfg, const char* fn, comm** n
 }
 
 API ncclResult_t ncclCommShrink(comm* c, int* excl, int nexcl, comm** out, const void* cfg, int flags) {
+    CALL(c, "ncclCommShrink");
     const char* fn = "ncclCommShrink";
     ncclResult_t r = live(c, fn);
     if (r || (r = ready_err(c))) return r;
@@ -3187,6 +3838,7 @@ static void* revoke_later(void* p) {
 }
 
 API ncclResult_t ncclCommRevoke(comm* c, int flags) {
+    CALL(c, "ncclCommRevoke");
     const char* fn = "ncclCommRevoke";
     if (!c) return ncclSuccess; /* as NCCL */
     ncclResult_t r = live(c, fn);
@@ -3209,6 +3861,7 @@ API ncclResult_t ncclCommRevoke(comm* c, int flags) {
         return ncclSuccess;
     }
     c->async = ncclInProgress;
+    job_start1(c);
     pthread_mutex_unlock(&g);
     pthread_t th;
     pthread_create(&th, NULL, revoke_later, c);
@@ -3231,6 +3884,7 @@ static ncclResult_t grow_publish(clique* q, uint64_t key, const netaddr* at, uin
 }
 
 API ncclResult_t ncclCommGetUniqueId(comm* c, ncclUniqueId* id) {
+    CALL(c, "ncclCommGetUniqueId");
     const char* fn = "ncclCommGetUniqueId";
     ncclResult_t r = live(c, fn);
     if (r || (r = ready_err(c))) return r;
@@ -3335,7 +3989,10 @@ static ncclResult_t grow_new(comm** out, int nranks, const ncclUniqueId* id, int
     if ((r = read_config(nc, cfg, fn))) return r;
     *out = nc;
     if (!nc->blocking) {
+        pthread_mutex_lock(&g);
         nc->async = ncclInProgress;
+        job_start1(nc);
+        pthread_mutex_unlock(&g);
         grower* gr = malloc(sizeof *gr);
         *gr = (grower){nc, d, nranks, rank};
         pthread_t th;
@@ -3347,6 +4004,7 @@ static ncclResult_t grow_new(comm** out, int nranks, const ncclUniqueId* id, int
 }
 
 API ncclResult_t ncclCommGrow(comm* c, int nranks, const ncclUniqueId* id, int rank, comm** out, const void* cfg) {
+    CALL(c, "ncclCommGrow");
     const char* fn = "ncclCommGrow";
     if (!out) return fail(ncclInvalidArgument, "%s: newcomm is NULL", fn);
     if (nranks <= 0 || nranks > MAXR) return fail(ncclInvalidArgument, "%s: total ranks must be in [1, %d], got %d", fn, MAXR, nranks);
@@ -3647,8 +4305,11 @@ static ncclResult_t put_signal(const void* src, size_t count, int type, int peer
 
 API ncclResult_t ncclPutSignal(const void* src, size_t count, int type, int peer, window* pw, size_t off, int sigIdx,
                                int ctx, unsigned flags, comm* c, void* stream) {
+    CALL(c, "ncclPutSignal");
+    if (group_depth > 0) group_check_freed("ncclPutSignal");
     ncclResult_t r = comm_checks(c, "ncclPutSignal");
     if (!r) r = poison(c, put_signal(src, count, type, peer, pw, off, sigIdx, ctx, flags, c, stream));
+    if (!r && group_depth > 0) group_join(c); /* it runs at once (see above), but the communicator is a member */
     r = group_err(r);
     inside_call(r == ncclSuccess ? c : NULL, "ncclPutSignal");
     return r;
@@ -3686,18 +4347,25 @@ static ncclResult_t wait_signal_impl(int ndesc, const waitdesc* descs, comm* c, 
 }
 
 API ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned flags, comm* c, void* stream) {
+    CALL(c, "ncclSignal");
+    if (group_depth > 0) group_check_freed("ncclSignal");
     ncclResult_t r = comm_checks(c, "ncclSignal");
     if (!r) r = poison(c, signal_impl(peer, sigIdx, ctx, flags, c, stream));
+    if (!r && group_depth > 0) group_join(c); /* it runs at once (see above), but the communicator is a member */
     return group_err(r);
 }
 
 API ncclResult_t ncclWaitSignal(int ndesc, const waitdesc* descs, comm* c, void* stream) {
+    CALL(c, "ncclWaitSignal");
+    if (group_depth > 0) group_check_freed("ncclWaitSignal");
     ncclResult_t r = comm_checks(c, "ncclWaitSignal");
     if (!r) r = poison(c, wait_signal_impl(ndesc, descs, c, stream));
+    if (!r && group_depth > 0) group_join(c); /* it runs at once (see above), but the communicator is a member */
     return group_err(r);
 }
 
 API ncclResult_t ncclWinGetUserPtr(comm* c, window* w, void** out) {
+    CALL(c, "ncclWinGetUserPtr");
     ncclResult_t r = live(c, "ncclWinGetUserPtr");
     if (r) return r;
     if (!out) return fail(ncclInvalidArgument, "ncclWinGetUserPtr: outUserPtr is NULL");
@@ -3716,14 +4384,19 @@ API ncclResult_t ncclWinGetUserPtr(comm* c, window* w, void** out) {
 API ncclResult_t ncclGroupSimulateEnd(void* sim) {
     if (group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd: not in a group call.");
     if (--group_depth > 0) return ncclSuccess;
+    group_check_freed("ncclGroupSimulateEnd");
     task* list = group_head;
     group_head = NULL;
     group_tail = NULL;
     ncclResult_t err = group_error;
     group_error = ncclSuccess;
+    int ninits = group_ninits, nm = group_nmembers;
     group_ninits = 0;
-    if (err) {
+    group_nmembers = 0;
+    group_blocking = -1;
+    if (err) { /* groupCleanup, as ncclGroupEnd's */
         free_tasks(list);
+        discard_group(group_members, nm, group_inits, ninits, err);
         return fail(err, "ncclGroupSimulateEnd: a call inside the group failed");
     }
     size_t size = 0;
@@ -3733,9 +4406,15 @@ API ncclResult_t ncclGroupSimulateEnd(void* sim) {
         if (size >= 12) memcpy(&magic, (char*)sim + 8, 4);
         if (magic != 0x74685283) {
             free_tasks(list);
+            discard_group(group_members, nm, group_inits, ninits, ncclInvalidArgument);
             return fail(ncclInvalidArgument, "ncclSimInfo_t argument not initialized via NCCL_SIM_INFO_INITIALIZER");
         }
     }
+    /* NCCL plans the group, which sets its Send/Recv connections up: the
+     * directions it asked for are connected from now on (see p2p_stale). */
+    pthread_mutex_lock(&g);
+    p2p_connected(list);
+    pthread_mutex_unlock(&g);
     float us = 0;
     for (task* t = list; t; t = t->next) {
         size_t in = in_bytes(t), out = out_bytes(t);
@@ -3757,6 +4436,7 @@ API ncclResult_t ncclGroupSimulateEnd(void* sim) {
 #define FAKE_SCRATCH_BYTES (4u << 20)
 
 API ncclResult_t ncclCommQueryProperties(comm* c, void* props) {
+    CALL(c, "ncclCommQueryProperties");
     const char* fn = "ncclCommQueryProperties";
     ncclResult_t r = live(c, fn);
     if (r || (r = ready_err(c))) return r;
@@ -3788,6 +4468,7 @@ API ncclResult_t ncclCommQueryProperties(comm* c, void* props) {
 }
 
 API ncclResult_t ncclCommSuspend(comm* c, int flags) {
+    CALL(c, "ncclCommSuspend");
     ncclResult_t r = live(c, "ncclCommSuspend");
     if (r || (r = ready_err(c))) return r;
     if (!(flags & 1)) return ncclSuccess; /* NCCL_SUSPEND_MEM is the only thing to suspend */
@@ -3800,6 +4481,7 @@ API ncclResult_t ncclCommSuspend(comm* c, int flags) {
 }
 
 API ncclResult_t ncclCommResume(comm* c) {
+    CALL(c, "ncclCommResume");
     ncclResult_t r = live(c, "ncclCommResume");
     if (r || (r = ready_err(c))) return r;
     pthread_mutex_lock(&g);
@@ -3811,6 +4493,7 @@ API ncclResult_t ncclCommResume(comm* c) {
 }
 
 API ncclResult_t ncclCommMemStats(comm* c, int stat, uint64_t* value) {
+    CALL(c, "ncclCommMemStats");
     ncclResult_t r = live(c, "ncclCommMemStats");
     if (r || (r = ready_err(c))) return r;
     if (!value) return ncclInvalidArgument;
@@ -4049,6 +4732,8 @@ static ncclResult_t alltoallv_checked(const void* send, const size_t* sc, const 
 
 static ncclResult_t alltoallv(const void* send, const size_t* sc, const size_t* sd, void* recv, const size_t* rc,
                               const size_t* rd, const void* relay, size_t relaycount, int type, comm* c, void* st) {
+    CALL(c, "ncclAlltoAllv");
+    if (group_depth > 0) group_check_freed("ncclAlltoAllv");
     ncclResult_t r = group_err(alltoallv_checked(send, sc, sd, recv, rc, rd, relay, relaycount, type, c, st));
     inside_call(r == ncclSuccess || r == ncclInProgress ? c : NULL, "ncclAlltoAllv");
     return r;
@@ -4119,8 +4804,7 @@ static void after_coll(conn* k) {
     }
     pthread_mutex_unlock(&g);
     free((void*)t->recv);
-    free(t->a2av);
-    free(t);
+    task_put(t);
 }
 
 /* after_p2p: the senders whose bytes this rank took may end. */
@@ -4169,17 +4853,25 @@ static void serve_join(conn* k, rbuf* in) {
     }
 }
 
+/* serve_connect: a remote rank's launch connects (need: the ranks it waits
+ * for; p2p: the peers it sets Send/Recv directions up with), or says that its
+ * side of a Send/Recv setup failed (broken: see p2p_stale). */
 static void serve_connect(conn* k, rbuf* in) {
     uint64_t need = rb_u64(in);
     char fn[64];
     rb_str(in, fn, sizeof fn);
+    uint64_t p2p = rb_u64(in), broken = rb_u64(in);
+    if (in->bad) p2p = broken = 0;
     comm* c = k->proxy;
     pthread_mutex_lock(&g);
+    c->p2p_broken |= broken;
     c->c->started |= 1ull << c->rank;
     pthread_cond_broadcast(&gc);
-    int st = connect_wait(c, need, fn, k->fd);
+    int st = connect_wait(c, need, p2p, fn, k->fd);
+    int bp = st == -2 ? broken_peer(c, p2p) : -1;
     pthread_mutex_unlock(&g);
-    reply_status(k, st ? ncclInternalError : ncclSuccess, "aborted");
+    if (st == -2) reply_status(k, broken_fail(fn, c->rank, bp), my_error);
+    else reply_status(k, st ? ncclInternalError : ncclSuccess, "aborted");
 }
 
 static void serve_coll(conn* k, rbuf* in) {
