@@ -143,3 +143,68 @@ func TestBoundsRanksAndDevices(t *testing.T) {
 	wantInvalid(t, "AllReduce of the zero Buffer", c.AllReduce(nccl.Buffer{}, b, nccl.Sum, s))
 	wantInvalid(t, "SetPath", c.SetPath(nccl.Path(7)))
 }
+
+// TestReductionsCheckedBeforeC: RedOp(99) reached NCCL, which refused it
+// inside the call and so left a non-blocking communicator in error for good
+// (the next valid Sum failed with the stale "invalid reduction operation 99",
+// Close failed). Unknown ops, PreMulSum ops of another communicator, destroyed
+// ones and ones made for another type are refused before C, and the
+// communicator stays usable.
+func TestReductionsCheckedBeforeC(t *testing.T) {
+	l := open(t, "default")
+	ctx := commModes[1].ctx(t)
+	ranks := initRanksCtx(t, l, 2, ctx) // non-blocking
+	cu := l.CUDA()
+	bufs := make([]nccl.Buffer, 2)
+	for r := range 2 {
+		b, err := cu.Alloc(ranks[r].dev, nccl.Float32, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Free()
+		bufs[r] = b
+	}
+	c, b, s := ranks[0].comm, bufs[0], ranks[0].s
+	other, err := nccl.PreMulSum(ranks[1].comm, float32(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := nccl.PreMulSum(c, float32(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f64, err := nccl.PreMulSum(c, float64(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DestroyRedOp(mine); err != nil {
+		t.Fatal(err)
+	}
+	wantInvalid(t, "AllReduce with RedOp(99)", c.AllReduce(b, b, nccl.RedOp(99), s))
+	wantInvalid(t, "Reduce with RedOp(99)", c.Reduce(b, b, nccl.RedOp(99), 0, s))
+	wantInvalid(t, "ReduceScatter with RedOp(99)", c.ReduceScatter(b, b.Slice(0, 32), nccl.RedOp(99), s))
+	if other != mine { // the fake numbers ops per communicator: the same number may be valid here
+		wantInvalid(t, "AllReduce with another communicator's op", c.AllReduce(b, b, other, s))
+	}
+	wantInvalid(t, "AllReduce with a destroyed op", c.AllReduce(b, b, mine, s))
+	wantInvalid(t, "AllReduce of float32 with an op made for float64", c.AllReduce(b, b, f64, s))
+	wantInvalid(t, "DestroyRedOp twice", c.DestroyRedOp(mine))
+	wantInvalid(t, "DestroyRedOp(99)", c.DestroyRedOp(nccl.RedOp(99)))
+	if err := c.AsyncError(); err != nil {
+		t.Fatalf("AsyncError after the refusals: %v", err)
+	}
+	if err := c.DestroyRedOp(f64); err != nil {
+		t.Fatal(err)
+	}
+	if err := ranks[1].comm.DestroyRedOp(other); err != nil {
+		t.Fatal(err)
+	}
+	onRanks(t, []int{0, 1}, func(r int) error {
+		return sumCheck(ctx, ranks[r].comm, ranks[r].s, uint64(r), tags(0, 1))
+	})
+	for r, rk := range ranks {
+		if err := rk.comm.Close(ctx); err != nil {
+			t.Fatalf("rank %d: Close after the refusals: %v", r, err)
+		}
+	}
+}

@@ -83,6 +83,9 @@ type Comm struct {
 
 	winMu sync.Mutex
 	wins  []windowSpan // registered windows, for the checks of one-sided calls
+
+	opsMu   sync.Mutex
+	userOps map[RedOp]DataType // PreMulSum ops made here, by their data type
 }
 
 // keep holds p, a place NCCL may still write to because the wait for the

@@ -28,7 +28,7 @@ func (c *Comm) AllReduce(send, recv Buffer, op RedOp, s Stream) error {
 		if err := c.checkPair(name, send, recv, recv.n, s); err != nil {
 			return err
 		}
-		if err := c.checkOp(name, op); err != nil {
+		if err := c.checkOp(name, op, recv.dt); err != nil {
 			return err
 		}
 	}
@@ -78,7 +78,7 @@ func (c *Comm) Reduce(send, recv Buffer, op RedOp, root int, s Stream) error {
 				return err
 			}
 		}
-		if err := c.checkOp(name, op); err != nil {
+		if err := c.checkOp(name, op, send.dt); err != nil {
 			return err
 		}
 	}
@@ -119,7 +119,7 @@ func (c *Comm) ReduceScatter(send, recv Buffer, op RedOp, s Stream) error {
 		if err := c.checkBuf(name, "send", send, recv.dt, recv.n*c.nranks, s); err != nil {
 			return err
 		}
-		if err := c.checkOp(name, op); err != nil {
+		if err := c.checkOp(name, op, recv.dt); err != nil {
 			return err
 		}
 	}
@@ -463,9 +463,9 @@ func (c *Comm) fine(b Buffer, dt DataType, want int, s Stream) bool {
 }
 
 // opFine is checkOp's verdict without its error, for the common case: a
-// built-in reduction, or any valid one on a library that knows them all.
+// built-in reduction the library has. PreMulSum ops take checkOp's path.
 func (c *Comm) opFine(op RedOp) bool {
-	return op >= 0 && (op < Avg || c.lib.allOps)
+	return uint32(op) <= uint32(Avg) && (op < Avg || c.lib.allOps)
 }
 
 // checkBuf checks one buffer: type dt, want elements, on the communicator's
@@ -541,15 +541,31 @@ func (c *Comm) checkRoot(op, name string, r int) error {
 	return nil
 }
 
-func (c *Comm) checkOp(name string, op RedOp) error {
+// checkOp checks a reduction for data of type dt: a built-in one the library
+// has, or a PreMulSum op this communicator made for dt and has not destroyed.
+// NCCL refuses the others inside the call, which leaves a non-blocking
+// communicator in error for good.
+func (c *Comm) checkOp(name string, op RedOp, dt DataType) error {
 	if op >= Sum && op < Avg { // every release has them
 		return nil
 	}
-	if op < 0 || !c.lib.version.AtLeast(op.Since()) {
-		if op < 0 {
-			return argError(name, "invalid reduction %v", op)
-		}
+	if op < 0 {
+		return argError(name, "invalid reduction %v", op)
+	}
+	if !c.lib.version.AtLeast(op.Since()) {
 		return &UnsupportedError{Name: op.String(), Path: c.lib.Path, Version: c.lib.version, Requires: ">= " + shortVersion(op.Since())}
+	}
+	if op == Avg {
+		return nil
+	}
+	c.opsMu.Lock()
+	made, ok := c.userOps[op]
+	c.opsMu.Unlock()
+	switch {
+	case !ok:
+		return argError(name, "reduction %v: not a PreMulSum op of this communicator (or destroyed)", op)
+	case made != dt:
+		return argError(name, "reduction %v was made for %v, the operation moves %v", op, made, dt)
 	}
 	return nil
 }

@@ -264,7 +264,16 @@ func (c *Comm) createPreMulSum(scalar uintptr, dt DataType, res abi.ScalarReside
 	var r int32
 	err = c.lib.callPtr(fnRedOpCreatePreMulSum, uintptr(unsafe.Pointer(&r)), scalar, uintptr(dt), uintptr(res), h)
 	c.exit()
-	return RedOp(r), c.settled(op, err)
+	if err = c.settled(op, err); err != nil {
+		return 0, err
+	}
+	c.opsMu.Lock()
+	if c.userOps == nil {
+		c.userOps = map[RedOp]DataType{}
+	}
+	c.userOps[RedOp(r)] = dt
+	c.opsMu.Unlock()
+	return RedOp(r), nil
 }
 
 // DestroyRedOp frees an op made by PreMulSum or PreMulSumDevice.
@@ -273,11 +282,24 @@ func (c *Comm) DestroyRedOp(op RedOp) error {
 	if op.Builtin() {
 		return argError(name, "%v is built in", op)
 	}
+	c.opsMu.Lock()
+	_, ok := c.userOps[op]
+	c.opsMu.Unlock()
+	if !ok && c.state() == stOpen {
+		// NCCL refuses it inside the call, leaving a non-blocking
+		// communicator in error.
+		return argError(name, "%v: not a PreMulSum op of this communicator (or destroyed already)", op)
+	}
 	h, err := c.enter(name, false)
 	if err != nil {
 		return err
 	}
 	err = c.lib.call(fnRedOpDestroy, uintptr(op), h)
 	c.exit()
-	return c.settled(name, err)
+	if err = c.settled(name, err); err == nil {
+		c.opsMu.Lock()
+		delete(c.userOps, op)
+		c.opsMu.Unlock()
+	}
+	return err
 }
