@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/gonccl/nccl"
@@ -207,4 +208,53 @@ func TestReductionsCheckedBeforeC(t *testing.T) {
 			t.Fatalf("rank %d: Close after the refusals: %v", r, err)
 		}
 	}
+}
+
+// TestZeroBufferRefused: the zero Buffer (no allocation) as send and recv was
+// accepted, a 0-element operation enqueued, although Free calls it the zero
+// Buffer; as recv only it got "send has 16 elements, want 0". Every operation
+// refuses it by name wherever a buffer is required, and a 0-element slice of
+// a real allocation still runs.
+func TestZeroBufferRefused(t *testing.T) {
+	l := open(t, "default")
+	ranks := initRanks(t, l, 2)
+	c, s := ranks[0].comm, ranks[0].s
+	b, err := l.CUDA().Alloc(ranks[0].dev, nccl.Float32, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	var zero nccl.Buffer
+	for _, tc := range []struct {
+		what, name string
+		err        error
+	}{
+		{"AllReduce(zero, zero)", "recv", c.AllReduce(zero, zero, nccl.Sum, s)},
+		{"AllReduce(b, zero)", "recv", c.AllReduce(b, zero, nccl.Sum, s)},
+		{"AllReduce(zero, b)", "send", c.AllReduce(zero, b, nccl.Sum, s)},
+		{"Send(zero)", "buf", c.Send(zero, 1, s)},
+		{"Recv(zero)", "buf", c.Recv(zero, 1, s)},
+		{"AllGather(zero, zero)", "send", c.AllGather(zero, zero, s)},
+		{"ReduceScatter(zero, zero)", "recv", c.ReduceScatter(zero, zero, nccl.Sum, s)},
+		{"Broadcast(zero, zero) on the root", "recv", c.Broadcast(zero, zero, 0, s)},
+		{"AlltoAll(zero, zero)", "recv", c.AlltoAll(zero, zero, s)},
+	} {
+		wantInvalid(t, tc.what, tc.err)
+		if tc.err != nil && !strings.Contains(tc.err.Error(), tc.name+" is the zero Buffer") {
+			t.Errorf("%s: %v, want it to say %q is the zero Buffer", tc.what, tc.err, tc.name)
+		}
+	}
+	// A 0-element slice of an allocation is a valid empty operation.
+	onRanks(t, []int{0, 1}, func(r int) error {
+		e, err := l.CUDA().Alloc(ranks[r].dev, nccl.Float32, 4)
+		if err != nil {
+			return err
+		}
+		defer e.Free()
+		empty := e.Slice(0, 0)
+		if err := ranks[r].comm.AllReduce(empty, empty, nccl.Sum, ranks[r].s); err != nil {
+			return err
+		}
+		return ranks[r].s.Synchronize()
+	})
 }

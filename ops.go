@@ -24,7 +24,7 @@ func (c *Comm) AllReduce(send, recv Buffer, op RedOp, s Stream) error {
 	const name = "ncclAllReduce"
 	// Each operation tests the verdicts of its checks inline and runs the
 	// checks themselves, for their errors, only when a verdict is no.
-	if !c.shapeFine(send, recv, recv.n, s) || recv.n != 0 && !(c.memFine(send) && c.memFine(recv)) || !c.opFine(op) {
+	if !c.shapeFine(send, recv, recv.n, s) || !(c.memFine(send) && c.memFine(recv)) || !c.opFine(op) {
 		if err := c.checkPair(name, send, recv, recv.n, s); err != nil {
 			return err
 		}
@@ -431,8 +431,15 @@ func overlap(a, b Buffer) bool {
 
 // checkPair checks a send and a receive buffer of the same type and length want.
 func (c *Comm) checkPair(op string, send, recv Buffer, want int, s Stream) error {
-	if c.shapeFine(send, recv, want, s) && (want == 0 || c.memFine(send) && c.memFine(recv)) {
+	if c.shapeFine(send, recv, want, s) && c.memFine(send) && c.memFine(recv) {
 		return nil
+	}
+	// The zero Buffer first: its length (0) says nothing of the other's.
+	if recv.mem == nil {
+		return argError(op, "recv is the zero Buffer")
+	}
+	if send.mem == nil {
+		return argError(op, "send is the zero Buffer")
 	}
 	if err := c.checkBuf(op, "send", send, recv.dt, want, s); err != nil {
 		return err
@@ -442,7 +449,7 @@ func (c *Comm) checkPair(op string, send, recv Buffer, want int, s Stream) error
 
 // shapeFine and memFine are checkPair's verdict without its error: both
 // buffers hold want elements of recv's type, which the library knows, on the
-// communicator's device (memFine, when want > 0), as the stream is. The path
+// communicator's device (memFine: a live allocation, never the zero Buffer), as the stream is. The path
 // every valid call takes, in parts small enough to inline.
 func (c *Comm) shapeFine(send, recv Buffer, want int, s Stream) bool {
 	return send.n == want && recv.n == want && send.dt == recv.dt && uint32(recv.dt) < uint32(len(c.lib.types)) &&
@@ -458,7 +465,7 @@ func (c *Comm) memFine(b Buffer) bool {
 // takes, small enough to inline.
 func (c *Comm) fine(b Buffer, dt DataType, want int, s Stream) bool {
 	return b.n == want && b.dt == dt && dt >= 0 && int(dt) < len(c.lib.types) && c.lib.types[dt] &&
-		(want == 0 || b.mem != nil && b.mem.dev == c.dev && !b.mem.freed.Load()) &&
+		b.mem != nil && b.mem.dev == c.dev && !b.mem.freed.Load() &&
 		(s.cu == nil || s.dev == c.dev)
 }
 
@@ -474,6 +481,9 @@ func (c *Comm) checkBuf(op, name string, b Buffer, dt DataType, want int, s Stre
 	if c.fine(b, dt, want, s) {
 		return nil
 	}
+	if b.mem == nil {
+		return argError(op, "%s is the zero Buffer", name)
+	}
 	if b.n != want {
 		return argError(op, "%s has %d elements, want %d", name, b.n, want)
 	}
@@ -486,16 +496,11 @@ func (c *Comm) checkBuf(op, name string, b Buffer, dt DataType, want int, s Stre
 		}
 		return &UnsupportedError{Name: dt.String(), Path: c.lib.Path, Version: c.lib.version, Requires: ">= " + shortVersion(dt.Since())}
 	}
-	if want > 0 {
-		if b.mem == nil {
-			return argError(op, "%s is the zero Buffer", name)
-		}
-		if b.mem.freed.Load() {
-			return argError(op, "%s at %#x was freed", name, uintptr(b.ptr))
-		}
-		if b.mem.dev != c.dev {
-			return argError(op, "%s is on device %d, the communicator on device %d", name, b.mem.dev, c.dev)
-		}
+	if b.mem.freed.Load() {
+		return argError(op, "%s at %#x was freed", name, uintptr(b.ptr))
+	}
+	if b.mem.dev != c.dev {
+		return argError(op, "%s is on device %d, the communicator on device %d", name, b.mem.dev, c.dev)
 	}
 	if s.cu != nil && s.dev != c.dev {
 		return argError(op, "stream is on device %d, the communicator on device %d", s.dev, c.dev)
