@@ -258,3 +258,15 @@ func TestZeroBufferRefused(t *testing.T) {
 		return ranks[r].s.Synchronize()
 	})
 }
+
+// TestWaitRefusesStreamOfOtherDevice: Comm.Wait accepted a stream of another
+// device (AllReduce refuses it), and then waited on work that was not the
+// communicator's.
+func TestWaitRefusesStreamOfOtherDevice(t *testing.T) {
+	l := open(t, "default")
+	ranks := initRanks(t, l, 2)
+	wantInvalid(t, "Wait on a stream of another device", ranks[0].comm.Wait(context.Background(), ranks[1].s))
+	if err := ranks[0].comm.Wait(context.Background(), ranks[0].s); err != nil {
+		t.Fatalf("Wait on its own stream: %v", err)
+	}
+}

@@ -338,8 +338,9 @@ func (cu *CUDA) EndCapture(s Stream) (*Graph, error) {
 //
 // CUDA graphs capture the work enqueued on a stream once, to launch it many
 // times. A launch is one call however many operations the graph holds, which
-// is what makes small collectives fast (FACTS.md: an 8-byte all-reduce 13 µs
-// plain, 5.7 µs from a graph).
+// is what makes small collectives fast (docs/performance.md: an 8-byte
+// all-reduce on 2 × H200 took 13.3 µs plain, 5.7 µs from a graph, in
+// nccl-tests 2.19.6 with NCCL 2.28.3).
 //
 // Why thread-local capture. CUDA's capture modes say which *threads* may not
 // make "potentially unsafe" calls (cudaMalloc, synchronous copies, device

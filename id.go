@@ -63,10 +63,10 @@ func ParseUniqueID(s string) (UniqueID, error) {
 	var id UniqueID
 	s = trimSpace(s)
 	if len(s) != 2*abi.UniqueIDBytes {
-		return id, fmt.Errorf("gonccl: unique id text is %d characters, want %d hex digits", len(s), 2*abi.UniqueIDBytes)
+		return id, argError("ParseUniqueID", "unique id text is %d characters, want %d hex digits", len(s), 2*abi.UniqueIDBytes)
 	}
 	if _, err := hex.Decode(id.Internal[:], []byte(s)); err != nil {
-		return UniqueID{}, fmt.Errorf("gonccl: unique id text: %v", err)
+		return UniqueID{}, argError("ParseUniqueID", "unique id text: %v", err)
 	}
 	return id, nil
 }

@@ -669,8 +669,8 @@ func TestUniqueIDForms(t *testing.T) {
 		t.Fatalf("binary round trip: %v", err)
 	}
 	for _, bad := range []string{"", "abc", strings.Repeat("zz", 128), strings.Repeat("00", 127)} {
-		if _, err := nccl.ParseUniqueID(bad); err == nil {
-			t.Errorf("ParseUniqueID(%q) accepted", bad)
+		if _, err := nccl.ParseUniqueID(bad); !errors.Is(err, nccl.ErrInvalidArgument) {
+			t.Errorf("ParseUniqueID(%q) = %v, want an error matching ErrInvalidArgument", bad, err)
 		}
 	}
 	if err := id2.UnmarshalBinary(bin[:100]); err == nil {

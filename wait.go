@@ -26,6 +26,11 @@ func (c *Comm) Wait(ctx context.Context, s Stream) error {
 	if s.cu == nil && s.h != 0 {
 		return argError(op, "stream has no CUDA runtime (make it with CUDA.NewStream or CUDA.WrapStream)")
 	}
+	if s.cu != nil && s.dev != c.dev {
+		// Its work is not this communicator's: a wait on it proves nothing
+		// of the communicator's operations (AllReduce refuses it too).
+		return argError(op, "stream is on device %d, the communicator on device %d", s.dev, c.dev)
+	}
 	cu := s.cu
 	if cu == nil {
 		if cu = c.lib.cuda; cu == nil {
