@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync/atomic"
 
 	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/internal/ccall"
@@ -83,7 +84,7 @@ type groupOp struct {
 
 // groupRec is one goroutine's open group.
 type groupRec struct {
-	owner    uintptr // goid.Current of the goroutine inside Group
+	owner    atomic.Uintptr // goid.Current of the goroutine inside Group; 0 when free
 	depth    int
 	blocking int // -1 until the first operation; then the members' mode
 	ops      []groupOp
@@ -111,19 +112,26 @@ func (l *Library) groupBegin() (g *groupRec, mark int, err error) {
 	} else {
 		g = &groupRec{}
 	}
-	g.owner, g.depth, g.blocking = me, 1, -1
+	g.owner.Store(me)
+	g.depth, g.blocking = 1, -1
 	l.groups = append(l.groups, g)
 	l.groupsOpen.Add(1)
 	l.groupsMu.Unlock()
+	l.lastGroup.Store(g)
 	return g, 0, nil
 }
 
-// groupOf is the open group of the goroutine me, or nil.
+// groupOf is the open group of the goroutine me, or nil. The group opened
+// last is tried first, without the lock: one goroutine driving several GPUs
+// finds its group in one load.
 func (l *Library) groupOf(me uintptr) *groupRec {
+	if g := l.lastGroup.Load(); g != nil && g.owner.Load() == me {
+		return g
+	}
 	l.groupsMu.Lock()
 	defer l.groupsMu.Unlock()
 	for _, g := range l.groups {
-		if g.owner == me {
+		if g.owner.Load() == me {
 			return g
 		}
 	}
@@ -202,7 +210,7 @@ func (l *Library) groupRelease(g *groupRec) {
 	if i := slices.Index(l.groups, g); i >= 0 {
 		l.groups = slices.Delete(l.groups, i, i+1)
 	}
-	g.owner = 0
+	g.owner.Store(0)
 	l.groupFree = append(l.groupFree, g)
 	open := l.groupsOpen.Add(-1)
 	l.groupsMu.Unlock()

@@ -38,6 +38,7 @@ type Library struct {
 	groups     []*groupRec
 	groupFree  []*groupRec
 	groupsOpen atomic.Int32 // len(groups), read without the lock
+	lastGroup  atomic.Pointer[groupRec]
 
 	// Memory NCCL may still read (AlltoAllv matrices, WaitSignal
 	// descriptors): pinned while any Group is open.
