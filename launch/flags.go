@@ -3,6 +3,7 @@ package launch
 import (
 	"errors"
 	"flag"
+	"strconv"
 	"strings"
 )
 
@@ -42,6 +43,10 @@ func Register(fs *flag.FlagSet) *Flags {
 // Detect places the process from the flags (-size, -rank, -local-rank) or,
 // without -size, from the launcher's environment (see DetectWith).
 func (f *Flags) Detect() (Job, error) {
+	if f.NP < 0 {
+		// Not a job of one: a mistyped -np would otherwise run alone.
+		return Job{}, &EnvError{Launcher: Explicit, Var: "-np", Value: strconv.Itoa(f.NP), Msg: "want a positive number of ranks to start"}
+	}
 	if f.Size <= 0 {
 		if f.Rank != 0 || f.LocalRank != -1 {
 			return Job{}, errors.New("launch: -rank and -local-rank need -size")

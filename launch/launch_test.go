@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"reflect"
@@ -66,6 +67,10 @@ func TestFlags(t *testing.T) {
 	j, err = parse("-size", "4", "-rank", "3", "-local-rank", "1").Detect()
 	if err != nil || j.LocalRank != 1 {
 		t.Errorf("-local-rank 1: %+v, %v", j, err)
+	}
+	var ee *EnvError
+	if _, err := parse("-np", "-2").Detect(); !errors.As(err, &ee) || ee.Var != "-np" {
+		t.Errorf("-np -2: %v, want an *EnvError naming -np (it ran a job of one)", err)
 	}
 	if _, err := parse("-rank", "1").Detect(); err == nil {
 		t.Error("-rank without -size was taken")
