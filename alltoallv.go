@@ -31,6 +31,9 @@ type Layout struct {
 // matrices until the enclosing group ends: gonccl keeps them pinned until no
 // Group is open; do not change them before.
 func (c *Comm) AlltoAllv(send, recv Buffer, m Layout, s Stream) error {
+	if !c.made() {
+		return zeroComm("AlltoAllv")
+	}
 	const name = "AlltoAllv"
 	n := c.nranks
 	// One rank's row and the whole matrix are the same with one rank.

@@ -32,7 +32,9 @@ import (
 // communicator held in this process (NCCL frees them together and forbids
 // it); a group's launch counts as a call on each of its communicators. The
 // last such call to return frees it. After Abort or Close, every method
-// returns an error matching ErrClosed.
+// returns an error matching ErrClosed. So does every method of the zero Comm
+// and of a nil *Comm, which gonccl did not make: they count as closed (Done is
+// closed, the accessors give zero values).
 //
 // # Blocking and non-blocking communicators
 //
@@ -270,6 +272,9 @@ func (c *Comm) free(sym int) error {
 // way to, and the communicator is freed when that call returns. Non-blocking
 // communicators never block inside NCCL.
 func (c *Comm) Abort() error {
+	if !c.made() {
+		return zeroComm("Abort")
+	}
 	v, ok := c.moveState(stAborting, stOpen, stClosing)
 	if !ok {
 		return &ClosedError{Op: "ncclCommAbort", What: "communicator"}
@@ -299,6 +304,9 @@ func (c *Comm) Abort() error {
 // they are destroyed, and launching them afterwards would use freed memory.
 // Destroy the graphs first (see Graph).
 func (c *Comm) Close(ctx context.Context) error {
+	if !c.made() {
+		return zeroComm("Close")
+	}
 	const op = "ncclCommFinalize"
 	if n := c.graphs.Load(); n > 0 && c.state() == stOpen {
 		return fmt.Errorf("%s: %d CUDA graph(s) or open capture(s) hold this communicator's operations; end and destroy them first: %w", op, n, ErrGraphsAlive)
@@ -363,26 +371,66 @@ func (c *Comm) abortAfter(cause error) error {
 }
 
 // Done is closed once the communicator has been freed, by Close or by Abort.
-func (c *Comm) Done() <-chan struct{} { return c.done }
+func (c *Comm) Done() <-chan struct{} {
+	if !c.made() {
+		return closedChan
+	}
+	return c.done
+}
+
+// closedChan is the Done of a Comm gonccl did not make.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// made reports whether gonccl made c. The zero Comm and a nil *Comm are not
+// communicators: they count as closed ones (every method returns an error
+// matching ErrClosed, Done is closed, the accessors give zero values).
+func (c *Comm) made() bool { return c != nil && c.lib != nil }
+
+func zeroComm(op string) error {
+	return &ClosedError{Op: op, What: "communicator (the zero Comm, which gonccl did not make)"}
+}
 
 // Device is the CUDA device ordinal of the communicator.
-func (c *Comm) Device() int { return c.dev }
+func (c *Comm) Device() int {
+	if c == nil {
+		return 0
+	}
+	return c.dev
+}
 
 // Rank is this communicator's rank.
-func (c *Comm) Rank() int { return c.rank }
+func (c *Comm) Rank() int {
+	if c == nil {
+		return 0
+	}
+	return c.rank
+}
 
 // Size is the number of ranks.
-func (c *Comm) Size() int { return c.nranks }
+func (c *Comm) Size() int {
+	if c == nil {
+		return 0
+	}
+	return c.nranks
+}
 
 // Blocking reports whether the communicator is blocking (see Comm).
-func (c *Comm) Blocking() bool { return c.blocking }
+func (c *Comm) Blocking() bool { return c != nil && c.blocking }
 
 // Library is the library the communicator was made with.
-func (c *Comm) Library() *Library { return c.lib }
+func (c *Comm) Library() *Library {
+	if c == nil {
+		return nil
+	}
+	return c.lib
+}
 
 // Handle is the raw ncclComm_t, for a C function gonccl does not wrap, or 0
 // once closed. The handle is freed by Close or Abort: do not use it after.
 func (c *Comm) Handle() uintptr {
+	if !c.made() {
+		return 0
+	}
 	if c.state() == stClosed || c.released.Load() {
 		return 0
 	}
@@ -393,6 +441,9 @@ func (c *Comm) Handle() uintptr {
 // a non-blocking init, Split, Close or operation runs, or the communicator's
 // asynchronous failure (a peer that died, a network error).
 func (c *Comm) AsyncError() error {
+	if !c.made() {
+		return zeroComm("AsyncError")
+	}
 	r, err := c.asyncResult("ncclCommGetAsyncError", false)
 	if err != nil {
 		return err

@@ -31,6 +31,9 @@ const (
 // matching ErrInvalidArgument. On a non-blocking communicator ctx bounds the
 // wait for quiescence; when it ends the communicator is aborted.
 func (c *Comm) Revoke(ctx context.Context) error {
+	if !c.made() {
+		return zeroComm("Revoke")
+	}
 	const op = "ncclCommRevoke"
 	if c.lib.fn[fnCommRevoke] == 0 {
 		return c.lib.unsupported(fnCommRevoke)
@@ -69,6 +72,10 @@ func (c *Comm) Revoke(ctx context.Context) error {
 // calling rank itself is an error matching ErrInvalidArgument, and c is left
 // as it was.
 func (c *Comm) Shrink(ctx context.Context, exclude []int, cfg *Config, flags int) (*Comm, error) {
+	if !c.made() {
+		var z0 *Comm
+		return z0, zeroComm("Shrink")
+	}
 	const op = "ncclCommShrink"
 	if c.lib.fn[fnCommShrink] == 0 {
 		return nil, c.lib.unsupported(fnCommShrink)
@@ -115,6 +122,10 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int, cfg *Config, flags int
 // ranks (Library.GrowRank). An id serves one grow; asking for another before
 // it was used is an error matching ErrInvalidUsage.
 func (c *Comm) GrowID() (UniqueID, error) {
+	if !c.made() {
+		var z0 UniqueID
+		return z0, zeroComm("GrowID")
+	}
 	const op = "ncclCommGetUniqueId"
 	var id UniqueID
 	if c.lib.fn[fnCommGetUniqueID] == 0 {
@@ -136,6 +147,10 @@ func (c *Comm) GrowID() (UniqueID, error) {
 // called GrowID passes the id, the others nil. cfg may be nil; the new
 // communicator keeps c's blocking mode.
 func (c *Comm) Grow(ctx context.Context, nranks int, id *UniqueID, cfg *Config) (*Comm, error) {
+	if !c.made() {
+		var z0 *Comm
+		return z0, zeroComm("Grow")
+	}
 	const op = "ncclCommGrow"
 	if c.lib.fn[fnCommGrow] == 0 {
 		return nil, c.lib.unsupported(fnCommGrow)

@@ -235,6 +235,10 @@ func (l *Library) initAllGrouped(ctx context.Context, devs []int, cfg *Config) (
 // the Split of a non-blocking communicator can be ended by ctx, which then
 // aborts c too: NCCL cannot abandon a split half done.
 func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (*Comm, error) {
+	if !c.made() {
+		var z0 *Comm
+		return z0, zeroComm("Split")
+	}
 	const op = "ncclCommSplit"
 	l := c.lib
 	if l.fn[fnCommSplit] == 0 {

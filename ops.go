@@ -21,6 +21,9 @@ import (
 // AllReduce reduces send across ranks into recv on every rank; both hold the
 // same number of elements. recv may be send (in place).
 func (c *Comm) AllReduce(send, recv Buffer, op RedOp, s Stream) error {
+	if !c.made() {
+		return zeroComm("AllReduce")
+	}
 	const name = "ncclAllReduce"
 	// Each operation tests the verdicts of its checks inline and runs the
 	// checks themselves, for their errors, only when a verdict is no.
@@ -42,6 +45,9 @@ func (c *Comm) AllReduce(send, recv Buffer, op RedOp, s Stream) error {
 // Broadcast copies root's send into every rank's recv. send is read on root
 // only; other ranks may pass the zero Buffer. recv may be send on root.
 func (c *Comm) Broadcast(send, recv Buffer, root int, s Stream) error {
+	if !c.made() {
+		return zeroComm("Broadcast")
+	}
 	const name = "ncclBroadcast"
 	if !c.rootFine(root) || !c.fine(recv, recv.dt, recv.n, s) || c.rank == root && !c.fine(send, recv.dt, recv.n, s) {
 		if err := c.checkRoot(name, "root", root); err != nil {
@@ -65,6 +71,9 @@ func (c *Comm) Broadcast(send, recv Buffer, root int, s Stream) error {
 // Reduce reduces send across ranks into root's recv. Other ranks may pass the
 // zero Buffer as recv.
 func (c *Comm) Reduce(send, recv Buffer, op RedOp, root int, s Stream) error {
+	if !c.made() {
+		return zeroComm("Reduce")
+	}
 	const name = "ncclReduce"
 	if !c.rootFine(root) || !c.fine(send, send.dt, send.n, s) || c.rank == root && !c.fine(recv, send.dt, send.n, s) || !c.opFine(op) {
 		if err := c.checkRoot(name, "root", root); err != nil {
@@ -96,6 +105,9 @@ func (c *Comm) Reduce(send, recv Buffer, op RedOp, root int, s Stream) error {
 // elements, rank i's block at i×send.Len(). In place: send is
 // recv.Slice(rank×k, (rank+1)×k).
 func (c *Comm) AllGather(send, recv Buffer, s Stream) error {
+	if !c.made() {
+		return zeroComm("AllGather")
+	}
 	const name = "ncclAllGather"
 	if !c.fine(send, send.dt, send.n, s) || !c.fine(recv, send.dt, send.n*c.nranks, s) {
 		if err := c.checkBuf(name, "send", send, send.dt, send.n, s); err != nil {
@@ -111,6 +123,9 @@ func (c *Comm) AllGather(send, recv Buffer, s Stream) error {
 // ReduceScatter reduces send (Size()×recv.Len() elements) across ranks and
 // leaves block rank in recv. In place: recv is send.Slice(rank×k, (rank+1)×k).
 func (c *Comm) ReduceScatter(send, recv Buffer, op RedOp, s Stream) error {
+	if !c.made() {
+		return zeroComm("ReduceScatter")
+	}
 	const name = "ncclReduceScatter"
 	if !c.fine(recv, recv.dt, recv.n, s) || !c.fine(send, recv.dt, recv.n*c.nranks, s) || !c.opFine(op) {
 		if err := c.checkBuf(name, "recv", recv, recv.dt, recv.n, s); err != nil {
@@ -133,6 +148,9 @@ func (c *Comm) ReduceScatter(send, recv Buffer, op RedOp, s Stream) error {
 // Send sends buf to peer, which posts a Recv of the same length and type. A
 // rank that both sends and receives does so inside one Group.
 func (c *Comm) Send(buf Buffer, peer int, s Stream) error {
+	if !c.made() {
+		return zeroComm("Send")
+	}
 	const name = "ncclSend"
 	if !c.rootFine(peer) || !c.fine(buf, buf.dt, buf.n, s) {
 		if err := c.checkRoot(name, "peer", peer); err != nil {
@@ -147,6 +165,9 @@ func (c *Comm) Send(buf Buffer, peer int, s Stream) error {
 
 // Recv receives into buf from peer.
 func (c *Comm) Recv(buf Buffer, peer int, s Stream) error {
+	if !c.made() {
+		return zeroComm("Recv")
+	}
 	const name = "ncclRecv"
 	if !c.rootFine(peer) || !c.fine(buf, buf.dt, buf.n, s) {
 		if err := c.checkRoot(name, "peer", peer); err != nil {
@@ -164,6 +185,9 @@ func (c *Comm) Recv(buf Buffer, peer int, s Stream) error {
 // overlap: NCCL exchanges the blocks with concurrent sends and receives (an
 // in-place exchange was seen corrupted on H200 with NCCL 2.28.3).
 func (c *Comm) AlltoAll(send, recv Buffer, s Stream) error {
+	if !c.made() {
+		return zeroComm("AlltoAll")
+	}
 	const name = "ncclAlltoAll"
 	if send.n%c.nranks != 0 {
 		return argError(name, "send has %d elements, not a multiple of %d ranks", send.n, c.nranks)
@@ -201,6 +225,9 @@ func (c *Comm) AlltoAll(send, recv Buffer, s Stream) error {
 // elements, rank i's block at i×send.Len()); other ranks may pass the zero
 // Buffer as recv.
 func (c *Comm) Gather(send, recv Buffer, root int, s Stream) error {
+	if !c.made() {
+		return zeroComm("Gather")
+	}
 	const name = "ncclGather"
 	if err := c.checkRoot(name, "root", root); err != nil {
 		return err
@@ -243,6 +270,9 @@ func (c *Comm) Gather(send, recv Buffer, root int, s Stream) error {
 // Scatter sends block i of root's send (Size()×recv.Len() elements) to rank i's
 // recv; other ranks may pass the zero Buffer as send.
 func (c *Comm) Scatter(send, recv Buffer, root int, s Stream) error {
+	if !c.made() {
+		return zeroComm("Scatter")
+	}
 	const name = "ncclScatter"
 	if err := c.checkRoot(name, "root", root); err != nil {
 		return err
@@ -312,6 +342,9 @@ func (p Path) String() string {
 // SetPath chooses how the communicator runs AlltoAll, Gather, Scatter and
 // AlltoAllv from now on (Auto by default).
 func (c *Comm) SetPath(p Path) error {
+	if !c.made() {
+		return zeroComm("SetPath")
+	}
 	if err := c.openOr("SetPath"); err != nil {
 		return err
 	}
@@ -326,6 +359,9 @@ func (c *Comm) SetPath(p Path) error {
 // "Scatter", "AlltoAllv") would run: Native or Grouped. AlltoAllv runs
 // natively only on buffers in symmetric windows too.
 func (c *Comm) PathOf(op string) Path {
+	if !c.made() {
+		return Grouped
+	}
 	var sym int
 	switch op {
 	case "AlltoAll":

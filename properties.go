@@ -46,6 +46,10 @@ const (
 // Properties queries the communicator (ncclCommQueryProperties, NCCL >= 2.29.2),
 // with the struct laid out as the loaded release declares it.
 func (c *Comm) Properties() (Properties, error) {
+	if !c.made() {
+		var z0 Properties
+		return z0, zeroComm("Properties")
+	}
 	const op = "ncclCommQueryProperties"
 	if c.lib.fn[fnCommQueryProperties] == 0 {
 		return Properties{}, c.lib.unsupported(fnCommQueryProperties)

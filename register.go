@@ -20,6 +20,10 @@ type Registration struct {
 // Register registers a buffer with the communicator for zero-copy transfers
 // (ncclCommRegister, NCCL >= 2.19). Deregister before freeing it.
 func (c *Comm) Register(b Buffer) (Registration, error) {
+	if !c.made() {
+		var z0 Registration
+		return z0, zeroComm("Register")
+	}
 	const op = "ncclCommRegister"
 	if c.lib.fn[fnCommRegister] == 0 {
 		return Registration{}, c.lib.unsupported(fnCommRegister)
@@ -46,6 +50,9 @@ func (r Registration) Handle() uintptr { return r.h }
 
 // Deregister undoes Register.
 func (c *Comm) Deregister(r Registration) error {
+	if !c.made() {
+		return zeroComm("Deregister")
+	}
 	const op = "ncclCommDeregister"
 	if r.comm != c {
 		return argError(op, "registration of another communicator")
@@ -70,6 +77,10 @@ type Window struct {
 // size together. NCCL can report success without a window when symmetric
 // memory is unavailable: that is an error matching ErrNotSupported.
 func (c *Comm) RegisterWindow(b Buffer, flags int) (Window, error) {
+	if !c.made() {
+		var z0 Window
+		return z0, zeroComm("RegisterWindow")
+	}
 	const op = "ncclCommWindowRegister"
 	if c.lib.fn[fnCommWindowRegister] == 0 {
 		return Window{}, c.lib.unsupported(fnCommWindowRegister)
@@ -142,6 +153,9 @@ func (w Window) Handle() uintptr { return w.h }
 
 // DeregisterWindow undoes RegisterWindow (collective for a symmetric window).
 func (c *Comm) DeregisterWindow(w Window) error {
+	if !c.made() {
+		return zeroComm("DeregisterWindow")
+	}
 	const op = "ncclCommWindowDeregister"
 	if w.comm != c {
 		return argError(op, "window of another communicator")
@@ -201,6 +215,10 @@ func (l *Library) memFree(dev int, p DevicePtr) error {
 // Buffer.Free deregisters and frees it (every rank together). Where NCCL
 // returns no window, the error matches ErrNotSupported and the memory is freed.
 func (c *Comm) AllocSymmetric(dt DataType, n int) (Buffer, error) {
+	if !c.made() {
+		var z0 Buffer
+		return z0, zeroComm("AllocSymmetric")
+	}
 	const op = "AllocSymmetric"
 	l := c.lib
 	for _, sym := range []int{fnMemAlloc, fnCommWindowRegister} {
@@ -234,6 +252,9 @@ func (c *Comm) AllocSymmetric(dt DataType, n int) (Buffer, error) {
 // (ncclRedOpCreatePreMulSum with the scalar read now, NCCL >= 2.11). Destroy it
 // with DestroyRedOp once the operations using it are enqueued.
 func PreMulSum[T Element](c *Comm, scalar T) (RedOp, error) {
+	if !c.made() {
+		return 0, zeroComm("PreMulSum")
+	}
 	v := scalar
 	op, err := c.createPreMulSum(uintptr(unsafe.Pointer(&v)), TypeOf[T](), abi.ScalarHostImmediate)
 	runtime.KeepAlive(&v)
@@ -244,6 +265,10 @@ func PreMulSum[T Element](c *Comm, scalar T) (RedOp, error) {
 // device memory (one element of the buffer's type), read by every operation
 // that uses the op, so it can change between them.
 func (c *Comm) PreMulSumDevice(scalar Buffer) (RedOp, error) {
+	if !c.made() {
+		var z0 RedOp
+		return z0, zeroComm("PreMulSumDevice")
+	}
 	const op = "ncclRedOpCreatePreMulSum"
 	if err := c.checkBuf(op, "scalar", scalar, scalar.dt, 1, Stream{}); err != nil {
 		return 0, err
@@ -278,6 +303,9 @@ func (c *Comm) createPreMulSum(scalar uintptr, dt DataType, res abi.ScalarReside
 
 // DestroyRedOp frees an op made by PreMulSum or PreMulSumDevice.
 func (c *Comm) DestroyRedOp(op RedOp) error {
+	if !c.made() {
+		return zeroComm("DestroyRedOp")
+	}
 	const name = "ncclRedOpDestroy"
 	if op.Builtin() {
 		return argError(name, "%v is built in", op)

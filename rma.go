@@ -26,6 +26,9 @@ const WinStrictOrdering = abi.WinStrictOrdering
 // window of c; win is c's handle of the symmetric window that the peer's
 // bytes land in (see WindowOf).
 func (c *Comm) PutSignal(src Buffer, peer int, win Window, offset int, s Stream) error {
+	if !c.made() {
+		return zeroComm("PutSignal")
+	}
 	const name = "ncclPutSignal"
 	if c.lib.fn[fnPutSignal] == 0 {
 		return c.lib.unsupported(fnPutSignal)
@@ -63,6 +66,9 @@ func (c *Comm) PutSignal(src Buffer, peer int, win Window, offset int, s Stream)
 // Signal signals peer without moving data (ncclSignal, signal index 0,
 // context 0).
 func (c *Comm) Signal(peer int, s Stream) error {
+	if !c.made() {
+		return zeroComm("Signal")
+	}
 	const name = "ncclSignal"
 	if c.lib.fn[fnSignal] == 0 {
 		return c.lib.unsupported(fnSignal)
@@ -80,6 +86,9 @@ func (c *Comm) Signal(peer int, s Stream) error {
 // consumes them (ncclWaitSignal). NCCL reads waits during the call (inside a Group, when the group launches): reuse the
 // slice.
 func (c *Comm) WaitSignal(waits []WaitSignalDesc, s Stream) error {
+	if !c.made() {
+		return zeroComm("WaitSignal")
+	}
 	const name = "ncclWaitSignal"
 	if c.lib.fn[fnWaitSignal] == 0 {
 		return c.lib.unsupported(fnWaitSignal)
@@ -126,6 +135,10 @@ func (c *Comm) checkStream(name string, s Stream) error {
 // WindowAddress is the start of the memory w was registered over
 // (ncclWinGetUserPtr, NCCL >= 2.29.2).
 func (c *Comm) WindowAddress(w Window) (DevicePtr, error) {
+	if !c.made() {
+		var z0 DevicePtr
+		return z0, zeroComm("WindowAddress")
+	}
 	const op = "ncclWinGetUserPtr"
 	if c.lib.fn[fnWinGetUserPtr] == 0 {
 		return 0, c.lib.unsupported(fnWinGetUserPtr)
@@ -146,6 +159,11 @@ func (c *Comm) WindowAddress(w Window) (DevicePtr, error) {
 // WindowOf is the symmetric window of b, a Buffer from c's AllocSymmetric
 // (or a slice of one), and b's byte offset in it: what PutSignal takes.
 func (c *Comm) WindowOf(b Buffer) (Window, int, error) {
+	if !c.made() {
+		var z0 Window
+		var z1 int
+		return z0, z1, zeroComm("WindowOf")
+	}
 	const op = "WindowOf"
 	if err := c.openOr(op); err != nil {
 		return Window{}, 0, err

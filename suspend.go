@@ -14,6 +14,9 @@ const SuspendMem = abi.SuspendMem
 // GPU memory) until Resume (ncclCommSuspend, NCCL >= 2.29.7). A suspended
 // communicator takes no operations. Call it with no work in flight.
 func (c *Comm) Suspend(flags int) error {
+	if !c.made() {
+		return zeroComm("Suspend")
+	}
 	const op = "ncclCommSuspend"
 	if c.lib.fn[fnCommSuspend] == 0 {
 		return c.lib.unsupported(fnCommSuspend)
@@ -32,6 +35,9 @@ func (c *Comm) Suspend(flags int) error {
 
 // Resume gives back what Suspend released (ncclCommResume, NCCL >= 2.29.7).
 func (c *Comm) Resume() error {
+	if !c.made() {
+		return zeroComm("Resume")
+	}
 	const op = "ncclCommResume"
 	if c.lib.fn[fnCommResume] == 0 {
 		return c.lib.unsupported(fnCommResume)
@@ -65,6 +71,10 @@ const (
 // MemStats reads the communicator's memory statistics (ncclCommMemStats, NCCL
 // >= 2.29.7).
 func (c *Comm) MemStats() (MemStats, error) {
+	if !c.made() {
+		var z0 MemStats
+		return z0, zeroComm("MemStats")
+	}
 	const op = "ncclCommMemStats"
 	if c.lib.fn[fnCommMemStats] == 0 {
 		return MemStats{}, c.lib.unsupported(fnCommMemStats)

@@ -22,6 +22,9 @@ import (
 // alive can Shrink it. On a revoked communicator it returns an error matching
 // ErrRevoked: the work it waited for was stopped, not done.
 func (c *Comm) Wait(ctx context.Context, s Stream) error {
+	if !c.made() {
+		return zeroComm("Wait")
+	}
 	const op = "Wait"
 	if s.cu == nil && s.h != 0 {
 		return argError(op, "stream has no CUDA runtime (make it with CUDA.NewStream or CUDA.WrapStream)")
@@ -93,6 +96,9 @@ const RevokeGrace = 30 * time.Second
 // DeadlineAction). RevokeOnDeadline needs ncclCommRevoke (NCCL >= 2.28.7); on
 // an older library it returns the *UnsupportedError and changes nothing.
 func (c *Comm) SetDeadlineAction(a DeadlineAction) error {
+	if !c.made() {
+		return zeroComm("SetDeadlineAction")
+	}
 	if err := c.openOr("SetDeadlineAction"); err != nil {
 		return err
 	}
@@ -111,7 +117,7 @@ func (c *Comm) SetDeadlineAction(a DeadlineAction) error {
 
 // Revoked reports whether Revoke (or a Wait under RevokeOnDeadline) revoked
 // the communicator: its operations fail, and Shrink, Split and Close remain.
-func (c *Comm) Revoked() bool { return c.revoked.Load() }
+func (c *Comm) Revoked() bool { return c.made() && c.revoked.Load() }
 
 func revokedError(op string) error {
 	return fmt.Errorf("%s: the communicator was revoked: its work was stopped, not done: %w", op, ErrRevoked)
