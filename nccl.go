@@ -217,9 +217,11 @@ func (l *Library) openComms() []*Comm {
 	return out
 }
 
-// Close ends the use of the library: later calls that would start work (ids,
-// communicators, groups, memory) return an error matching ErrClosed. It fails
-// while communicators are open. The files stay mapped: NCCL's threads and state
+// Close ends the use of the library: later calls that would start NCCL work
+// (ids, communicators, groups, NCCL's memory from MemAlloc) return an error
+// matching ErrClosed. The CUDA runtime it opened (CUDA) is not NCCL's and
+// stays usable: its memory, streams and events may outlive the library. It
+// fails while communicators are open. The files stay mapped: NCCL's threads and state
 // can outlive an unload, and another Library of the same file shares them.
 func (l *Library) Close() error {
 	l.commsMu.Lock()
