@@ -270,6 +270,10 @@ func CopyIn[T Element](b Buffer, host []T) error {
 }
 
 // CopyOut copies the start of b, whose type must be T's, into host, synchronously.
+// It reads b as it is at the call: it does not wait for work on non-blocking
+// streams (those of NewStream with StreamNonBlocking, and NCCL's operations on
+// them). After an operation, Comm.Wait or Stream.Synchronize first, or CopyOut
+// returns what b held before.
 func CopyOut[T Element](host []T, b Buffer) error {
 	if t := TypeOf[T](); t != b.dt {
 		return argError("CopyOut", "%v elements out of a buffer of %v", t, b.dt)

@@ -173,7 +173,7 @@ func (cu *CUDA) NewStreamWithPriority(dev int, flags StreamFlags, priority int) 
 	err := cu.OnDevice(dev, func() error {
 		return cu.callPtr(cuStreamCreateWithPriority, uintptr(unsafe.Pointer(&h)), uintptr(flags), uintptr(int32(priority)))
 	})
-	return Stream{cu: cu, h: h, dev: dev}, err
+	return Stream{cu: cu, h: h, dev: dev, life: new(streamLife)}, err
 }
 
 // Priority is the stream's priority (cudaStreamGetPriority).

@@ -458,17 +458,36 @@ type Graph struct {
 const graphDestroyed = 1 << 62
 
 // Handle is the cudaGraphExec_t.
-func (g *Graph) Handle() uintptr { return g.exec }
+func (g *Graph) Handle() uintptr {
+	if g == nil {
+		return 0
+	}
+	return g.exec
+}
 
 // Device is the device of the captured stream.
-func (g *Graph) Device() int { return g.dev }
+func (g *Graph) Device() int {
+	if g == nil {
+		return 0
+	}
+	return g.dev
+}
+
+// made reports whether gonccl made g. As with Comm, the zero Graph and a nil
+// *Graph count as destroyed ones: Launch and Destroy return an error matching
+// ErrClosed.
+func (g *Graph) made() bool { return g != nil && g.cu != nil }
+
+func zeroGraph(op string) error {
+	return &ClosedError{Op: op, What: "graph (the zero Graph, which gonccl did not make)"}
+}
 
 // Launch enqueues the graph's work on s (cudaGraphLaunch), which must be on
 // the graph's device. It allocates nothing.
 func (g *Graph) Launch(s Stream) (err error) {
 	const op = "cudaGraphLaunch"
-	if g == nil {
-		return argError(op, "a nil graph")
+	if !g.made() {
+		return zeroGraph(op)
 	}
 	if g.life.Add(1)&graphDestroyed != 0 {
 		g.leave()
@@ -490,8 +509,8 @@ func (g *Graph) Launch(s Stream) (err error) {
 // it, returns an error matching ErrClosed.
 func (g *Graph) Destroy() error {
 	const op = "cudaGraphExecDestroy"
-	if g == nil {
-		return argError(op, "a nil graph")
+	if !g.made() {
+		return zeroGraph(op)
 	}
 	for {
 		v := g.life.Load()

@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -13,10 +14,15 @@ import (
 // its operations). Make one with CUDA.NewStream, or describe another
 // library's with CUDA.WrapStream.
 type Stream struct {
-	cu  *CUDA
-	h   uintptr // cudaStream_t
-	dev int
+	cu   *CUDA
+	h    uintptr // cudaStream_t
+	dev  int
+	life *streamLife // shared by the copies of a stream NewStream or WrapStream made
 }
+
+// streamLife marks a stream destroyed for every copy of its Stream: a second
+// Destroy would hand CUDA a dead handle (undefined; CUDA may have reused it).
+type streamLife struct{ destroyed atomic.Bool }
 
 // NewStream creates a stream on device dev. StreamNonBlocking keeps it from
 // synchronising with the legacy default stream. Destroy it when done.
@@ -25,7 +31,7 @@ func (cu *CUDA) NewStream(dev int, flags StreamFlags) (Stream, error) {
 	err := cu.OnDevice(dev, func() error {
 		return cu.callPtr(cuStreamCreateWithFlags, uintptr(unsafe.Pointer(&h)), uintptr(flags))
 	})
-	return Stream{cu: cu, h: h, dev: dev}, err
+	return Stream{cu: cu, h: h, dev: dev, life: new(streamLife)}, err
 }
 
 // WrapStream describes a stream created elsewhere (a PyTorch stream's
@@ -34,7 +40,7 @@ func (cu *CUDA) WrapStream(dev int, handle uintptr) (Stream, error) {
 	if err := checkDevice("WrapStream", dev); err != nil {
 		return Stream{}, err
 	}
-	return Stream{cu: cu, h: handle, dev: dev}, nil
+	return Stream{cu: cu, h: handle, dev: dev, life: new(streamLife)}, nil
 }
 
 // DefaultStream is device dev's legacy default stream.
@@ -53,19 +59,29 @@ func (s Stream) runtime(op string) (*CUDA, error) {
 	return s.cu, nil
 }
 
-// Destroy destroys the stream; work already on it still completes.
+// Destroy destroys the stream; work already on it still completes. A second
+// Destroy of the stream (through any copy of the Stream) returns an error
+// matching ErrClosed.
 func (s Stream) Destroy() error {
-	cu, err := s.runtime("cudaStreamDestroy")
+	const op = "cudaStreamDestroy"
+	cu, err := s.runtime(op)
 	if err != nil {
 		return err
 	}
 	if s.h == 0 {
-		return argError("cudaStreamDestroy", "the legacy default stream cannot be destroyed")
+		return argError(op, "the legacy default stream cannot be destroyed")
 	}
-	if err := cu.refuseStream("cudaStreamDestroy", s.h, s.dev); err != nil {
+	if err := cu.refuseStream(op, s.h, s.dev); err != nil {
 		return err
 	}
-	return cu.OnDevice(s.dev, func() error { return cu.call(cuStreamDestroy, s.h) })
+	if s.life != nil && !s.life.destroyed.CompareAndSwap(false, true) {
+		return &ClosedError{Op: op, What: "stream"}
+	}
+	err = cu.OnDevice(s.dev, func() error { return cu.call(cuStreamDestroy, s.h) })
+	if err != nil && s.life != nil {
+		s.life.destroyed.Store(false)
+	}
+	return err
 }
 
 // Synchronize waits until all work on the stream is done.

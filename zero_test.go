@@ -64,3 +64,52 @@ func TestZeroComm(t *testing.T) {
 		t.Errorf("PreMulSum on the zero Comm: %v", err)
 	}
 }
+
+// TestStreamDestroyTwice: a second Destroy reached CUDA with a dead handle
+// (undefined on a real GPU: CUDA may have handed it to a new stream). Every
+// copy of the Stream now knows it was destroyed.
+func TestStreamDestroyTwice(t *testing.T) {
+	l := open(t, "default")
+	for _, mk := range []func() (nccl.Stream, error){
+		func() (nccl.Stream, error) { return l.CUDA().NewStream(0, nccl.StreamNonBlocking) },
+		func() (nccl.Stream, error) { return l.CUDA().NewStreamWithPriority(0, nccl.StreamNonBlocking, 0) },
+	} {
+		s, err := mk()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp := s
+		if err := s.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Destroy(); !errors.Is(err, nccl.ErrClosed) {
+			t.Errorf("second Destroy: %v, want an error matching ErrClosed", err)
+		}
+		if err := cp.Destroy(); !errors.Is(err, nccl.ErrClosed) {
+			t.Errorf("Destroy of a copy: %v, want an error matching ErrClosed", err)
+		}
+	}
+}
+
+// TestZeroGraph: the zero Graph's Launch panicked (a nil *Graph got an
+// argument error). Both count as destroyed graphs, as the zero Comm counts as
+// a closed communicator.
+func TestZeroGraph(t *testing.T) {
+	l := open(t, "default")
+	s, err := l.CUDA().NewStream(0, nccl.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	for _, g := range []*nccl.Graph{new(nccl.Graph), nil} {
+		if err := g.Launch(s); !errors.Is(err, nccl.ErrClosed) {
+			t.Errorf("Launch of %v: %v, want an error matching ErrClosed", g, err)
+		}
+		if err := g.Destroy(); !errors.Is(err, nccl.ErrClosed) {
+			t.Errorf("Destroy of %v: %v, want an error matching ErrClosed", g, err)
+		}
+		if g.Handle() != 0 || g.Device() != 0 {
+			t.Errorf("accessors of %v: %#x, %d", g, g.Handle(), g.Device())
+		}
+	}
+}
