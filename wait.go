@@ -208,16 +208,22 @@ func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)
 func (c *Comm) waitReady(ctx context.Context, op string, closing bool) error {
 	return c.waitFor(ctx, op, func() (bool, error) {
 		r, err := c.asyncResult(op, closing)
-		switch {
-		case err != nil:
-			return false, err
-		case r == abi.Success:
-			return true, nil
-		case r == abi.InProgress:
-			return false, nil
-		}
-		return false, &Error{Op: op, Code: r, Msg: c.lib.LastError()}
+		return c.pollVerdict(op, r, err)
 	})
+}
+
+// pollVerdict is a wait's verdict on one poll: done, still in progress, or the
+// communicator's failure.
+func (c *Comm) pollVerdict(op string, r abi.Result, err error) (bool, error) {
+	switch {
+	case err != nil:
+		return false, err
+	case r == abi.Success:
+		return true, nil
+	case r == abi.InProgress:
+		return false, nil
+	}
+	return false, &Error{Op: op, Code: r, Msg: c.lib.LastError()}
 }
 
 // settle waits out an operation that a non-blocking communicator launched in
@@ -232,15 +238,7 @@ func (c *Comm) settle(op string) error {
 func (c *Comm) settleHeld(op string) error {
 	return c.waitFor(context.Background(), op, func() (bool, error) {
 		r, err := c.lib.pollAsync(c.h)
-		switch {
-		case err != nil:
-			return false, err
-		case r == abi.Success:
-			return true, nil
-		case r == abi.InProgress:
-			return false, nil
-		}
-		return false, &Error{Op: op, Code: r, Msg: c.lib.LastError()}
+		return c.pollVerdict(op, r, err)
 	})
 }
 
