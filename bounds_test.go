@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gonccl/nccl"
@@ -269,4 +272,71 @@ func TestWaitRefusesStreamOfOtherDevice(t *testing.T) {
 	if err := ranks[0].comm.Wait(context.Background(), ranks[0].s); err != nil {
 		t.Fatalf("Wait on its own stream: %v", err)
 	}
+}
+
+// TestNonBlockingConcurrentCallsRefused: operations on one non-blocking
+// communicator from two goroutines failed about one time in five inside NCCL
+// ("call on a non-blocking communicator still in progress"), and real NCCL
+// makes such a refusal the communicator's error for good (ncclEnqueueCheck).
+// gonccl refuses the second call itself, saying why, and the communicator
+// stays usable: two goroutines on rank 0 retry until their calls are taken,
+// rank 1 matches them all.
+func TestNonBlockingConcurrentCallsRefused(t *testing.T) {
+	l := open(t, "default")
+	ctx := commModes[1].ctx(t)
+	ranks := initRanksCtx(t, l, 2, ctx) // non-blocking
+	const k = 40
+	bufs := make([]nccl.Buffer, 2)
+	for r := range 2 {
+		b, err := l.CUDA().Alloc(ranks[r].dev, nccl.Float32, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Free()
+		bufs[r] = b
+	}
+	var refused atomic.Int64
+	issue := func(r, n int) error {
+		for i := 0; i < n; {
+			err := ranks[r].comm.AllReduce(bufs[r], bufs[r], nccl.Sum, ranks[r].s)
+			switch {
+			case err == nil:
+				i++
+			case errors.Is(err, nccl.ErrInvalidUsage) && strings.Contains(err.Error(), "another goroutine"):
+				refused.Add(1)
+				runtime.Gosched()
+			default:
+				for _, rk := range ranks { // the other rank would wait for this one's calls
+					rk.comm.Abort()
+				}
+				return err
+			}
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i, job := range []struct{ r, n int }{{0, k}, {0, k}, {1, 2 * k}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = issue(job.r, job.n)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("a call refused otherwise than as busy: %v", err)
+	}
+	t.Logf("%d calls refused while another goroutine's launch ran", refused.Load())
+	for r, rk := range ranks {
+		if err := rk.comm.Wait(ctx, rk.s); err != nil {
+			t.Fatalf("rank %d: Wait: %v", r, err)
+		}
+		if err := rk.comm.AsyncError(); err != nil {
+			t.Fatalf("rank %d: AsyncError after the concurrent calls: %v", r, err)
+		}
+	}
+	onRanks(t, []int{0, 1}, func(r int) error {
+		return sumCheck(ctx, ranks[r].comm, ranks[r].s, uint64(r), tags(0, 1))
+	})
 }

@@ -77,6 +77,7 @@ type Comm struct {
 	kept   []*uintptr // where NCCL writes after a call returned (non-blocking Split, windows)
 
 	q         *clique       // the ranks of its communicator held in this process
+	launching atomic.Bool   // a non-blocking launch runs (see busyError)
 	deriveSeq atomic.Uint64 // derives (Split, Shrink, Grow) started, for their cliques' keys
 
 	graphs    atomic.Int32 // live Graphs holding its operations (see Graph)

@@ -255,6 +255,24 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 		return err
 	}
 	defer exitAll(g.comms)
+	for i, c := range g.comms {
+		if !c.blocking && !c.launching.CompareAndSwap(false, true) {
+			for _, d := range g.comms[:i] {
+				d.launching.Store(false)
+			}
+			if g.ncclOpen {
+				l.call(fnGroupEnd)
+			}
+			return busyError("ncclGroupEnd")
+		}
+	}
+	defer func() {
+		for _, c := range g.comms {
+			if !c.blocking {
+				c.launching.Store(false)
+			}
+		}
+	}()
 	var err error
 	if !g.ncclOpen {
 		if err = l.call(fnGroupStart); err != nil {

@@ -420,6 +420,10 @@ func (c *Comm) stream(sym int, args ...uintptr) error {
 			return err
 		}
 	}
+	if !c.blocking && !c.launching.CompareAndSwap(false, true) {
+		c.exit()
+		return busyError(ncclSymbols[sym].name)
+	}
 	n := len(args)
 	args[n-2] = c.h
 	if cu := l.cuda; cu != nil && cu.capt.n.Load() != 0 {
@@ -438,8 +442,24 @@ func (c *Comm) stream(sym int, args ...uintptr) error {
 	// A non-blocking launch runs on in NCCL: the call stays counted until
 	// it is done, so that an Abort waits for it.
 	err = c.settledHeld(ncclSymbols[sym].name, err)
+	if !c.blocking {
+		c.launching.Store(false)
+	}
 	c.exit()
 	return err
+}
+
+// busyError is a call on a non-blocking communicator while another
+// goroutine's launch on it runs. NCCL refuses such a call inside
+// (ncclCommEnsureReady: "Attempt to use communicator before the previous
+// operation returned ncclSuccess") and makes the refusal the communicator's
+// error for good (enqueue.cc, ncclEnqueueCheck's fail path), so gonccl refuses
+// it first.
+//
+//go:noinline
+func busyError(op string) error {
+	return &Error{Op: op, Code: abi.InvalidUsage, Msg: "another goroutine's operation on this non-blocking communicator is still launching: " +
+		"NCCL takes one call at a time on it and would have left it in error (issue a communicator's operations from one goroutine)"}
 }
 
 // reenter is the slow path of stream's enter: it undoes the count and

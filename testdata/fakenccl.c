@@ -3125,9 +3125,13 @@ static ncclResult_t submit(task* t) {
     if (!c->blocking) {
         pthread_mutex_lock(&g);
         if (c->async == ncclInProgress) {
+            /* NCCL's ncclEnqueueCheck: ncclCommEnsureReady refuses the call,
+             * and its fail path makes the refusal the communicator's
+             * asynchronous error (enqueue.cc, 2.30.7). */
+            set_sticky(c, ncclInvalidArgument);
             pthread_mutex_unlock(&g);
             free_tasks(t);
-            return fail(ncclInvalidUsage, "call on a non-blocking communicator still in progress");
+            return fail(ncclInvalidArgument, "Attempt to use communicator before the previous operation returned ncclSuccess");
         }
         pthread_mutex_unlock(&g);
         return launch_nonblocking(t, &c, 1, NULL, 0, fn);
