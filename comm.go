@@ -22,7 +22,11 @@ import (
 // also forbids calls in parallel on different communicators of one device
 // (docs: usage/threadsafety.rst): issue the operations of all communicators of
 // a device from one goroutine at a time too. Goroutines driving different
-// devices, each with its own communicators, run in parallel.
+// devices, each with its own communicators, run in parallel. On a
+// non-blocking communicator an operation (or a Group's launch) made while
+// another goroutine's launch on it runs is refused with an error matching
+// ErrInvalidUsage: NCCL would refuse it inside and leave the communicator in
+// error for good.
 //
 // gonccl makes the rest safe from any goroutine at any moment: Abort, Wait,
 // AsyncError, Done, and the accessors. Polls of NCCL's asynchronous state take
