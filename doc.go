@@ -34,11 +34,14 @@
 // and NCCL's group. Goroutines move between threads, so gonccl pins them for the
 // user: calls that need a device run on a locked thread with the device of the
 // memory, stream or communicator they act on current (the previous device is
-// restored), and Group runs ncclGroupStart, the operations and ncclGroupEnd on
-// one locked thread. No method depends on the calling thread's current device.
+// restored), and Group records the operations its function issues and, once
+// the function has succeeded, runs ncclGroupStart, the operations and
+// ncclGroupEnd on one locked thread (a failed function leaves nothing behind).
+// No method depends on the calling thread's current device.
 //
-// Every method is safe from any goroutine, but operations on one communicator
-// must reach NCCL in the same order on every rank (see Comm).
+// Operations on one communicator, and on all communicators of one device, come
+// from one goroutine at a time, as NCCL requires; Abort, Wait and AsyncError
+// are safe from any goroutine at any moment (see Comm).
 //
 // # Errors
 //
