@@ -207,15 +207,6 @@ func (l *Library) untrack(c *Comm) {
 	l.commsMu.Unlock()
 }
 
-func (l *Library) openComms() []*Comm {
-	l.commsMu.Lock()
-	defer l.commsMu.Unlock()
-	out := make([]*Comm, 0, len(l.comms))
-	for c := range l.comms {
-		out = append(out, c)
-	}
-	return out
-}
 
 // Close ends the use of the library: later calls that would start NCCL work
 // (ids, communicators, groups, NCCL's memory from MemAlloc) return an error
