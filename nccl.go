@@ -207,7 +207,6 @@ func (l *Library) untrack(c *Comm) {
 	l.commsMu.Unlock()
 }
 
-
 // Close ends the use of the library: later calls that would start NCCL work
 // (ids, communicators, groups, NCCL's memory from MemAlloc) return an error
 // matching ErrClosed. The CUDA runtime it opened (CUDA) is not NCCL's and
