@@ -50,9 +50,7 @@ func TestMain(m *testing.M) {
 		os.Setenv("GONCCL_NCCL_LIB", filepath.Join(dir, "default"))
 		os.Setenv("GONCCL_CUDART_LIB", filepath.Join(dir, "cudart"))
 	}
-	code := m.Run()
-	fakes.Cleanup()
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // runChild runs children[name] in a fresh copy of the test binary with env added

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/internal/fakes"
+	"github.com/gonccl/nccl/nccltest"
 	"golang.org/x/sys/unix"
 )
 
@@ -325,9 +326,9 @@ func buildLib(t *testing.T, args ...string) string {
 	return out
 }
 
-// fakeNCCLWithVersion builds testdata/fakenccl.c reporting the version code:
+// fakeNCCLWithVersion builds nccltest's fakenccl.c reporting the version code:
 // the fake NCCL in every other respect. The variant "absurd" of the fakes
-// (-DFAKENCCL_VERSION_CODE=99999999), where internal/fakes builds it, serves
+// (-DFAKENCCL_VERSION_CODE=99999999), where nccltest builds it, serves
 // instead: prebuilt fakes of emulated runs then have it too.
 func fakeNCCLWithVersion(t *testing.T, code int) string {
 	t.Helper()
@@ -337,7 +338,15 @@ func fakeNCCLWithVersion(t *testing.T, code int) string {
 		}
 	}
 	cudart := FakeCUDART(t)
-	return buildLib(t, "-pthread", fmt.Sprintf("-DFAKENCCL_VERSION_CODE=%d", code), filepath.Join(fakes.Source(), "fakenccl.c"),
+	src, err := fs.ReadFile(nccltest.Sources(), "fakenccl.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "fakenccl.c")
+	if err := os.WriteFile(path, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return buildLib(t, "-pthread", fmt.Sprintf("-DFAKENCCL_VERSION_CODE=%d", code), path,
 		"-L"+cudart, "-l:libcudart.so.12", "-Wl,-rpath,"+cudart, "-lm")
 }
 

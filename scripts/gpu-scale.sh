@@ -214,13 +214,13 @@ run)
   cat "$summary"
   ;;
 fake)
-  # The same example steps against the fakes (testdata/*.c) on N fake GPUs:
+  # The same example steps against the fakes (nccltest/csrc/*.c) on N fake GPUs:
   # proves every command line. mpirun is emulated (Open MPI's variables, -x
   # passed on) where no mpirun is installed.
   N=${2:-8}
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
-  go run ./internal/fakes/build -o "$work/fakes" || exit 1
+  go run ./cmd/nccl-fakes -o "$work/fakes" >/dev/null || exit 1
   mkdir -p "$work/bin/examples" "$work/logs"
   CGO_ENABLED=0 go build -o "$work/bin/examples/" ./examples/... || exit 1
   CGO_ENABLED=0 go build -o "$work/bin/" ./cmd/nccl-bench ./cmd/nccl-info || exit 1

@@ -3,7 +3,7 @@
 # qemu-user, on an amd64 machine.
 #
 #   - the fake libnccl (every variant) and libcudart are cross-compiled with
-#     aarch64-linux-gnu-gcc by internal/fakes/build, the very code `go test`
+#     aarch64-linux-gnu-gcc by cmd/nccl-fakes, the very code `go test`
 #     uses to build them natively (same flags, same variant list), and
 #     internal/ccall's testdata/args.c with the flags ccall_test.go uses;
 #   - every package with tests (as `go list` sees them for linux/arm64 without
@@ -66,8 +66,8 @@ else
   echo "   binfmt_misc: no qemu-aarch64 entry; child processes are started through GONCCL_TEST_EMULATOR=qemu-aarch64"
 fi
 
-echo "== fake libraries for arm64 (internal/fakes/build -cc aarch64-linux-gnu-gcc)"
-go run ./internal/fakes/build -cc aarch64-linux-gnu-gcc -o "$work/fakes" || die "cross-compiling the fakes"
+echo "== fake libraries for arm64 (cmd/nccl-fakes -cc aarch64-linux-gnu-gcc)"
+go run ./cmd/nccl-fakes -cc aarch64-linux-gnu-gcc -o "$work/fakes" >/dev/null || die "cross-compiling the fakes"
 aarch64-linux-gnu-gcc -shared -fPIC -O2 -o "$work/libargs.so" internal/ccall/testdata/args.c ||
   die "cross-compiling internal/ccall/testdata/args.c"
 libs=("$work/fakes/cudart/libcudart.so.12" "$work"/fakes/*/libnccl.so.2 "$work/libargs.so")
@@ -100,7 +100,9 @@ for pkg in "${pkgs[@]}"; do
   dir=$(go list -f '{{.Dir}}' "$pkg")
   t0=$SECONDS
   rc=0
-  (cd "$dir" && GONCCL_FAKE_DIR="$work/fakes" GONCCL_CCALL_TESTLIB="$work/libargs.so" \
+  # CC: what a test compiles itself (nccltest's cache and BuildInto) is
+  # compiled for arm64 too.
+  (cd "$dir" && GONCCL_FAKE_DIR="$work/fakes" GONCCL_CCALL_TESTLIB="$work/libargs.so" CC=aarch64-linux-gnu-gcc \
     GONCCL_TEST_EMULATOR=qemu-aarch64 \
     qemu-aarch64 -L "$sysroot" "$bin" -test.v -test.timeout=600s) >"$log" 2>&1 || rc=$?
   secs=$((SECONDS - t0))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every example end to end against the fake libraries (testdata/, built by
-# internal/fakes/build with the host C compiler), on FAKECUDA_DEVICES fake GPUs:
+# Runs every example end to end against the fake libraries (package nccltest, built by
+# cmd/nccl-fakes with the host C compiler), on FAKECUDA_DEVICES fake GPUs:
 # the goroutine-per-GPU examples and multigpu in one process, allreduce as a
 # job of one (-np 1, alone, and with an id file). Each example checks every
 # element of its result itself.
@@ -26,7 +26,7 @@ die() {
   exit 1
 }
 
-go run ./internal/fakes/build -o "$work/fakes" || die "building the fakes"
+go run ./cmd/nccl-fakes -o "$work/fakes" >/dev/null || die "building the fakes"
 mkdir -p "$work/bin"
 CGO_ENABLED=0 go build -o "$work/bin/" ./examples/... ./cmd/nccl-bench || die "building the examples and nccl-bench"
 export GONCCL_CUDART_LIB=$work/fakes/cudart FAKECUDA_DEVICES=${FAKECUDA_DEVICES:-4} NCCL_COMM_ID=

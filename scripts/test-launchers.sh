@@ -36,7 +36,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-go run ./internal/fakes/build -o "$work/fakes" || die "building the fakes"
+go run ./cmd/nccl-fakes -o "$work/fakes" >/dev/null || die "building the fakes"
 mkdir -p "$work/bin"
 CGO_ENABLED=0 go build -o "$work/bin/" ./examples/allreduce ./examples/dataparallel || die "building the examples"
 E=$work/bin

@@ -4,7 +4,6 @@ package cgobench
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -14,12 +13,6 @@ import (
 	"github.com/gonccl/nccl/internal/ccall"
 	"github.com/gonccl/nccl/internal/fakes"
 )
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	fakes.Cleanup()
-	os.Exit(code)
-}
 
 func errorString(b *testing.B) uintptr {
 	h, err := purego.Dlopen(filepath.Join(fakes.NCCL(b, "default"), "libnccl.so.2"), purego.RTLD_NOW)

@@ -61,13 +61,12 @@ static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER; /* any work item fin
 static __thread int current_device;
 static __thread int last_error;
 
+/* FAKECUDA_DEVICES is read at each call, not once: a test process may set it
+ * anew per test (nccltest.Setenv) with the library already loaded. */
 static int ndevices(void) {
-    static int n = -1;
-    if (n < 0) {
-        const char* s = getenv("FAKECUDA_DEVICES");
-        n = s ? atoi(s) : 8;
-    }
-    return n;
+    const char* s = getenv("FAKECUDA_DEVICES");
+    int n = s ? atoi(s) : 8; /* 0: a machine without a GPU */
+    return n < 0 ? 0 : n > 64 ? 64 : n; /* the per-device tables below hold 64 */
 }
 
 static useconds_t delay_us(void) {
