@@ -16,6 +16,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GONCCL_LAUNCH_TEST_RANK") != "" { // a rank of TestTorchrunFlow
 		os.Exit(rankMain())
 	}
+	if mode := os.Getenv("GONCCL_LAUNCH_TEST_SELF"); mode != "" { // a rank of TestSelfLaunch
+		os.Exit(selfRankMain(mode))
+	}
 	os.Exit(m.Run())
 }
 

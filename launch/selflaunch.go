@@ -5,21 +5,26 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
 // SelfLaunch starts np copies of this program as local ranks 0 to np-1, with
 // torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) and
-// args less any -np flag, waits for all of them and returns their exit errors
-// joined (nil if every rank succeeded). Detect reports their launcher as Self.
-// Unless NCCL_COMM_ID is already set, it sets it to a local port for the
-// ranks' rendezvous, and GONCCL_RUN_ID to a name of this run unless set. The
-// ranks inherit stdout and stderr.
+// args less any -np flag, waits for all of them and returns nil if every rank
+// succeeded. Detect reports their launcher as Self. Unless NCCL_COMM_ID is
+// already set, it sets it to a local port for the ranks' rendezvous, and
+// GONCCL_RUN_ID to a name of this run unless set. The ranks inherit stdout and
+// stderr.
 //
-// A rank that fails leaves the others waiting for it inside NCCL: give them a
-// deadline (a context that ends, for init and Close) so that they fail too.
+// A rank that fails stops the job, as torchrun's agent does: the others would
+// wait for it inside NCCL until their deadlines. SelfLaunch sends them SIGTERM
+// at once and SIGKILL StopGrace later, and returns a *RankError per rank that
+// did not succeed, joined: the rank that failed first, then those it stopped
+// (RankError.StoppedFor says which rank's failure stopped them).
 func SelfLaunch(np int, args []string) error {
 	if np < 1 {
 		return fmt.Errorf("launch: %d ranks", np)
@@ -36,7 +41,7 @@ func SelfLaunch(np int, args []string) error {
 	}
 	var cmds []*exec.Cmd
 	for r := range np {
-		cmd := exec.Command(self, stripNP(args)...)
+		cmd := rankCommand(self, stripNP(args))
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		cmd.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(np),
 			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(np), "GONCCL_LAUNCHER="+string(Self))
@@ -45,17 +50,86 @@ func SelfLaunch(np int, args []string) error {
 				c.Process.Kill()
 				c.Wait()
 			}
-			return fmt.Errorf("rank %d: %w", r, err)
+			return &RankError{Rank: r, Err: err, StoppedFor: -1}
 		}
 		cmds = append(cmds, cmd)
 	}
-	var errs []error
+	return waitRanks(cmds)
+}
+
+// StopGrace is how long SelfLaunch lets the ranks it stops (SIGTERM) end by
+// themselves before it kills them (SIGKILL).
+var StopGrace = 5 * time.Second
+
+// rankCommand makes the command of one rank; tests under an emulator
+// replace it.
+var rankCommand = func(self string, args []string) *exec.Cmd { return exec.Command(self, args...) }
+
+// A RankError is a rank of SelfLaunch that did not succeed: it failed
+// (StoppedFor is -1), or SelfLaunch stopped it because rank StoppedFor had
+// failed.
+type RankError struct {
+	Rank       int
+	Err        error // how it ended (an *exec.ExitError), or why it could not start
+	StoppedFor int   // the rank whose failure stopped this one; -1 when it failed itself
+}
+
+func (e *RankError) Error() string {
+	if e.StoppedFor >= 0 {
+		return fmt.Sprintf("launch: rank %d stopped because rank %d failed (%v)", e.Rank, e.StoppedFor, e.Err)
+	}
+	return fmt.Sprintf("launch: rank %d: %v", e.Rank, e.Err)
+}
+
+func (e *RankError) Unwrap() error { return e.Err }
+
+// waitRanks waits for every rank; the first that fails stops the others.
+func waitRanks(cmds []*exec.Cmd) error {
+	type exit struct {
+		rank int
+		err  error
+	}
+	exits := make(chan exit, len(cmds))
 	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
+		go func() { exits <- exit{r, cmd.Wait()} }()
+	}
+	failed := -1
+	done := make([]bool, len(cmds))
+	var first *RankError
+	var stopped []error
+	var kill <-chan time.Time
+	for left := len(cmds); left > 0; {
+		select {
+		case e := <-exits:
+			left--
+			done[e.rank] = true
+			switch {
+			case e.err == nil:
+			case failed < 0:
+				failed = e.rank
+				first = &RankError{Rank: e.rank, Err: e.err, StoppedFor: -1}
+				for r, cmd := range cmds {
+					if !done[r] {
+						cmd.Process.Signal(syscall.SIGTERM)
+					}
+				}
+				kill = time.After(StopGrace)
+			default:
+				stopped = append(stopped, &RankError{Rank: e.rank, Err: e.err, StoppedFor: failed})
+			}
+		case <-kill:
+			for r, cmd := range cmds {
+				if !done[r] {
+					cmd.Process.Kill()
+				}
+			}
 		}
 	}
-	return errors.Join(errs...)
+	if first == nil {
+		return nil
+	}
+	sort.Slice(stopped, func(i, j int) bool { return stopped[i].(*RankError).Rank < stopped[j].(*RankError).Rank })
+	return errors.Join(append([]error{first}, stopped...)...)
 }
 
 // stripNP removes -np N, --np N, -np=N and --np=N from args.
