@@ -3,6 +3,7 @@ package nccl
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"unsafe"
@@ -16,9 +17,17 @@ import (
 // returns an error wrapping ctx.Err(). A rank that never arrives then costs
 // the others their deadline, not their process.
 
-// blockingFor decides a new communicator's mode: Config.Blocking if set, else
-// non-blocking when ctx can end (see Comm).
+// blockingFor decides a new communicator's mode: NCCL_COMM_BLOCKING if it is
+// 0 or 1 (NCCL's parseCommConfig lets it override the config, so gonccl must
+// agree with it), else Config.Blocking if set, else non-blocking when ctx can
+// end (see Comm).
 func blockingFor(ctx context.Context, cfg *Config) bool {
+	switch os.Getenv("NCCL_COMM_BLOCKING") {
+	case "0":
+		return false
+	case "1":
+		return true
+	}
 	if cfg != nil && cfg.Blocking != nil {
 		return *cfg.Blocking
 	}

@@ -596,8 +596,9 @@ func TestWaitAbortsOnDeadline(t *testing.T) {
 }
 
 // TestWaitNonBlocking: non-blocking communicators, from a context with a
-// deadline or from Config.Blocking, are ready once init returns; their
-// operations complete and Wait sees it. Blocking communicators too.
+// deadline, from Config.Blocking or from NCCL_COMM_BLOCKING (which NCCL lets
+// override the config), are ready once init returns; their operations
+// complete and Wait sees it. Blocking communicators too.
 func TestWaitNonBlocking(t *testing.T) {
 	l := open(t, "default")
 	no, yes := false, true
@@ -605,13 +606,18 @@ func TestWaitNonBlocking(t *testing.T) {
 		name     string
 		ctx      context.Context
 		cfg      *nccl.Config
+		env      string // NCCL_COMM_BLOCKING
 		blocking bool
 	}{
-		{"deadline", nonBlockingCtx(t), nil, false},
-		{"Config.Blocking=false", context.Background(), &nccl.Config{Blocking: &no}, false},
-		{"background", context.Background(), nil, true},
-		{"deadline, Config.Blocking=true", nonBlockingCtx(t), &nccl.Config{Blocking: &yes}, true},
+		{"deadline", nonBlockingCtx(t), nil, "", false},
+		{"Config.Blocking=false", context.Background(), &nccl.Config{Blocking: &no}, "", false},
+		{"background", context.Background(), nil, "", true},
+		{"deadline, Config.Blocking=true", nonBlockingCtx(t), &nccl.Config{Blocking: &yes}, "", true},
+		{"background, NCCL_COMM_BLOCKING=0", context.Background(), nil, "0", false},
+		{"deadline, Config.Blocking=false, NCCL_COMM_BLOCKING=1", nonBlockingCtx(t), &nccl.Config{Blocking: &no}, "1", true},
+		{"deadline, NCCL_COMM_BLOCKING=yes (not NCCL's)", nonBlockingCtx(t), nil, "yes", false},
 	} {
+		t.Setenv("NCCL_COMM_BLOCKING", tc.env)
 		comms := initComms(t, l, 2, tc.ctx, tc.cfg)
 		bufs := make([]nccl.Buffer, 2)
 		streams := make([]nccl.Stream, 2)

@@ -44,10 +44,6 @@ type Result = abi.Result
 // Version is an NCCL release.
 type Version = abi.Version
 
-// Config describes ncclConfig_t; a nil field keeps NCCL's default. gonccl
-// encodes it in the layout of the loaded release.
-type Config = abi.Config
-
 // CUDAErrorCode is cudaError_t, the code in a *CUDAError.
 type CUDAErrorCode = abi.CudaError
 

@@ -1065,7 +1065,17 @@ static comm* new_comm(int dev) {
 }
 
 /* read_config copies a ncclConfig_t as the library of this version would. */
+static ncclResult_t read_config_fields(comm* c, const void* cfg, const char* fn);
 static ncclResult_t read_config(comm* c, const void* cfg, const char* fn) {
+    ncclResult_t r = read_config_fields(c, cfg, fn);
+    /* As NCCL's parseCommConfig: NCCL_COMM_BLOCKING, 0 or 1, overrides the
+     * config's blocking, also where no config was given. */
+    const char* e = getenv("NCCL_COMM_BLOCKING");
+    if (r == ncclSuccess && e && (strcmp(e, "0") == 0 || strcmp(e, "1") == 0)) c->blocking = e[0] == '1';
+    return r;
+}
+
+static ncclResult_t read_config_fields(comm* c, const void* cfg, const char* fn) {
     if (!cfg) return ncclSuccess;
     const char* p = cfg;
     size_t size;
