@@ -85,9 +85,10 @@ const captureModeThreadLocal = 1
 // captures is what a CUDA knows of the captures gonccl began. n is read on
 // every guarded call: with no capture open a guard is one atomic load.
 type captures struct {
-	n    atomic.Int32
-	mu   sync.Mutex
-	open []*capture
+	n       atomic.Int32
+	mu      sync.Mutex
+	open    []*capture
+	waiting []waitingGraph
 }
 
 type capture struct {
@@ -262,6 +263,15 @@ func (cu *CUDA) BeginCapture(s Stream) error {
 // EndCapture ends the capture BeginCapture started on s, on the goroutine that
 // started it, and instantiates the graph. A capture that a refused call
 // invalidated ends with an error matching ErrCapturing and no graph.
+//
+// A goroutine may capture several streams at once (one per GPU it drives,
+// each BeginCapture before the group of operations, each EndCapture after):
+// CUDA refuses to instantiate a graph on a thread that still captures
+// (cudaErrorStreamCaptureUnsupported), so the graphs of all but the last
+// capture to end are instantiated when the last one ends. Until then such a
+// graph's Launch returns an error matching ErrCapturing. The last EndCapture
+// returns the error of any of them that fails to instantiate, and that
+// graph's Launch returns it too.
 func (cu *CUDA) EndCapture(s Stream) (*Graph, error) {
 	const op = "cudaStreamEndCapture"
 	cu.capt.mu.Lock()
@@ -282,6 +292,14 @@ func (cu *CUDA) EndCapture(s Stream) (*Graph, error) {
 	}
 	cu.capt.open = append(cu.capt.open[:i], cu.capt.open[i+1:]...)
 	cu.capt.n.Add(-1)
+	last := true // the thread's last open capture
+	for _, o := range cu.capt.open {
+		last = last && o.tid != c.tid
+	}
+	var waiting []*Graph // graphs of the thread's earlier captures
+	if last {
+		waiting = cu.capt.takeWaiting(c.tid)
+	}
 	cu.capt.mu.Unlock()
 
 	var graph uintptr
@@ -289,17 +307,9 @@ func (cu *CUDA) EndCapture(s Stream) (*Graph, error) {
 	runtime.UnlockOSThread() // BeginCapture's
 	if err != nil {
 		c.release()
-		return nil, err
+		return nil, errors.Join(err, cu.instantiate(waiting))
 	}
 	g := &Graph{cu: cu, graph: graph, dev: s.dev}
-	err = cu.OnDevice(s.dev, func() error {
-		return cu.callPtr(cuGraphInstantiateWithFlags, uintptr(unsafe.Pointer(&g.exec)), graph, 0)
-	})
-	if err != nil {
-		cu.call(cuGraphDestroy, graph)
-		c.release()
-		return nil, err
-	}
 	// The graph holds the communicators its capture held. One closed or
 	// aborted meanwhile (Close and Abort wait in NCCL for this graph) gets
 	// it destroyed at once, and the caller an error.
@@ -316,9 +326,81 @@ func (cu *CUDA) EndCapture(s Stream) (*Graph, error) {
 	}
 	if gone != nil {
 		g.Destroy()
-		return nil, &ClosedError{Op: op, What: "communicator whose operations the capture holds"}
+		return nil, errors.Join(&ClosedError{Op: op, What: "communicator whose operations the capture holds"}, cu.instantiate(waiting))
 	}
-	return g, nil
+	if !last {
+		cu.capt.mu.Lock()
+		cu.capt.waiting = append(cu.capt.waiting, waitingGraph{c.tid, g})
+		cu.capt.mu.Unlock()
+		return g, nil
+	}
+	if err := cu.instantiate([]*Graph{g}); err != nil {
+		g.Destroy()
+		return nil, errors.Join(err, cu.instantiate(waiting))
+	}
+	return g, cu.instantiate(waiting)
+}
+
+// A waitingGraph is a graph captured on thread tid while that thread had
+// other captures open: it is instantiated when the last of them ends.
+type waitingGraph struct {
+	tid int
+	g   *Graph
+}
+
+// takeWaiting removes and returns the graphs waiting for thread tid's
+// captures to end (mu held).
+func (c *captures) takeWaiting(tid int) []*Graph {
+	var out []*Graph
+	keep := c.waiting[:0]
+	for _, w := range c.waiting {
+		if w.tid == tid {
+			out = append(out, w.g)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(c.waiting[len(keep):])
+	c.waiting = keep
+	return out
+}
+
+// instantiate makes each graph's executable graph, on its device. A graph
+// destroyed meanwhile is skipped; one that fails keeps the error for Launch.
+func (cu *CUDA) instantiate(gs []*Graph) error {
+	var errs []error
+	for _, g := range gs {
+		if g.life.Add(1)&graphDestroyed != 0 { // as a Launch: Destroy waits
+			g.leave()
+			continue
+		}
+		var exec uintptr
+		err := cu.OnDevice(g.dev, func() error {
+			return cu.callPtr(cuGraphInstantiateWithFlags, uintptr(unsafe.Pointer(&exec)), g.graph, 0)
+		})
+		if err != nil {
+			err = fmt.Errorf("the graph of device %d: %w", g.dev, err)
+			cu.capt.mu.Lock()
+			g.instErr = err
+			cu.capt.mu.Unlock()
+			errs = append(errs, err)
+		} else {
+			g.exec.Store(exec)
+		}
+		g.leave()
+	}
+	return errors.Join(errs...)
+}
+
+// notInstantiated is Launch's error for a graph without an executable graph.
+func (g *Graph) notInstantiated(op string) error {
+	g.cu.capt.mu.Lock()
+	err := g.instErr
+	g.cu.capt.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return &CaptureError{Op: op, Device: g.dev, Msg: "the graph is instantiated when the goroutine that captured it ends its other captures (CUDA refuses to instantiate on a capturing thread)"}
 }
 
 // Capture records the work fn enqueues on s into a graph and returns it,
@@ -374,6 +456,14 @@ func (cu *CUDA) EndCapture(s Stream) (*Graph, error) {
 // A call gonccl does not know to refuse (another library's, or one on a
 // stream whose capture another library began) gets CUDA's own code; gonccl
 // returns it as a *CaptureError too, wrapping the *CUDAError.
+//
+// One goroutine driving several GPUs captures all their streams at once,
+// since its operations on them form one group: nest Capture calls, one per
+// stream, with the group innermost, or call BeginCapture on every stream,
+// issue the group, and EndCapture on every stream. CUDA refuses to
+// instantiate a graph on a thread that still captures, so the graphs of the
+// inner captures are instantiated when the outermost (the goroutine's last)
+// capture ends (see EndCapture); launch them after that.
 func (cu *CUDA) Capture(s Stream, fn func() error) (g *Graph, err error) {
 	if err := cu.BeginCapture(s); err != nil {
 		return nil, err
@@ -438,11 +528,12 @@ func (s Stream) Capturing() (CaptureStatus, error) {
 // capture (forked through an event) is captured by CUDA but not counted:
 // close such a communicator only after destroying the graph.
 type Graph struct {
-	cu    *CUDA
-	graph uintptr
-	exec  uintptr
-	dev   int
-	comms []*Comm // the communicators whose operations it holds
+	cu      *CUDA
+	graph   uintptr
+	exec    atomic.Uintptr // 0 until instantiated (see EndCapture)
+	instErr error          // why instantiation failed; under cu.capt.mu
+	dev     int
+	comms   []*Comm // the communicators whose operations it holds
 
 	// life: graphDestroyed once Destroy was asked for, plus the number of
 	// Launch calls inside CUDA; whoever leaves it at exactly graphDestroyed
@@ -462,7 +553,7 @@ func (g *Graph) Handle() uintptr {
 	if g == nil {
 		return 0
 	}
-	return g.exec
+	return g.exec.Load()
 }
 
 // Device is the device of the captured stream.
@@ -497,10 +588,14 @@ func (g *Graph) Launch(s Stream) (err error) {
 	if s.cu != nil && s.dev != g.dev {
 		return argError(op, "graph of device %d, stream on device %d", g.dev, s.dev)
 	}
-	if s.h == 0 {
-		return g.cu.OnDevice(g.dev, func() error { return g.cu.call(cuGraphLaunch, g.exec, 0) })
+	exec := g.exec.Load()
+	if exec == 0 {
+		return g.notInstantiated(op)
 	}
-	return g.cu.call(cuGraphLaunch, g.exec, s.h)
+	if s.h == 0 {
+		return g.cu.OnDevice(g.dev, func() error { return g.cu.call(cuGraphLaunch, exec, 0) })
+	}
+	return g.cu.call(cuGraphLaunch, exec, s.h)
 }
 
 // Destroy destroys the executable graph and the graph (launches already
@@ -559,7 +654,10 @@ func (g *Graph) free() error {
 		<-g.freedChan()
 		return g.freeErr
 	}
-	err := g.cu.call(cuGraphExecDestroy, g.exec)
+	var err error
+	if exec := g.exec.Load(); exec != 0 {
+		err = g.cu.call(cuGraphExecDestroy, exec)
+	}
 	if gerr := g.cu.call(cuGraphDestroy, g.graph); err == nil {
 		err = gerr
 	}

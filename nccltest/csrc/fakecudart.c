@@ -21,7 +21,9 @@
  * graphs holding its work are gone. Calls that break a capture get CUDA's
  * codes and invalidate it: a synchronize or query of the capturing stream
  * (900), a "potentially unsafe" call (cudaMalloc, cudaFree, synchronous
- * copies, cudaDeviceSynchronize ...) from the thread that began a
+ * copies, cudaDeviceSynchronize, cudaGraphInstantiate: CUDA 12 on H100
+ * refused nccl-bench's instantiation of one GPU's graph while the same
+ * thread still captured another's, 900 ...) from the thread that began a
  * thread-local capture or from any thread during a global one (900),
  * legacy-stream work on a device whose blocking stream is capturing (906), an
  * event recorded in a capture queried or synchronized (907), waiting inside a
@@ -1242,6 +1244,10 @@ static int instantiate(void** out, void* gh, unsigned long long flags) {
     if (!gr) {
         pthread_mutex_unlock(&g);
         return fail(cudaErrorInvalidResourceHandle);
+    }
+    if (unsafe_call()) {
+        pthread_mutex_unlock(&g);
+        return fail(cudaErrorStreamCaptureUnsupported);
     }
     graph* x = calloc(1, sizeof *x);
     x->magic = EXEC_MAGIC;
