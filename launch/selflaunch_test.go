@@ -53,7 +53,8 @@ func TestSelfLaunch(t *testing.T) {
 	oldGrace := StopGrace
 	StopGrace = time.Second
 	t.Cleanup(func() { StopGrace = oldGrace })
-	t.Setenv("NCCL_COMM_ID", "")
+	t.Setenv("NCCL_COMM_ID", "") // SelfLaunch sets both in this process: restored after the test
+	t.Setenv("GONCCL_RUN_ID", "")
 
 	t.Setenv("GONCCL_LAUNCH_TEST_SELF", "ok")
 	if err := SelfLaunch(3, []string{"-np", "3"}); err != nil {
@@ -112,6 +113,7 @@ func TestSelfLaunchStartFailure(t *testing.T) {
 	}
 	t.Cleanup(func() { rankCommand = old })
 	t.Setenv("NCCL_COMM_ID", "")
+	t.Setenv("GONCCL_RUN_ID", "")
 	start := time.Now()
 	err := SelfLaunch(3, nil)
 	var re *RankError
