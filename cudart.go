@@ -79,12 +79,12 @@ func (cu *CUDA) unsupported(sym int) error {
 func (cu *CUDA) has(sym int) bool { return cu.fn[sym] != 0 }
 
 // ErrorName is cudaGetErrorName ("cudaErrorInvalidValue").
-func (cu *CUDA) ErrorName(e abi.CudaError) string {
+func (cu *CUDA) ErrorName(e CUDAErrorCode) string {
 	return ccall.GoString(ccall.Call(cu.fn[cuGetErrorName], uintptr(e)))
 }
 
 // ErrorString is cudaGetErrorString ("invalid argument").
-func (cu *CUDA) ErrorString(e abi.CudaError) string {
+func (cu *CUDA) ErrorString(e CUDAErrorCode) string {
 	return ccall.GoString(ccall.Call(cu.fn[cuGetErrorString], uintptr(e)))
 }
 

@@ -53,31 +53,6 @@ type Library struct {
 	cliques   map[uint64]*clique // by key (see clique)
 }
 
-// Option configures Open.
-type Option func(*options)
-
-type options struct {
-	nccl, cudart string
-	a2avABI      int
-	noCUDA       bool
-}
-
-// WithLibrary loads libnccl from path, a file or a folder, before any search.
-func WithLibrary(path string) Option { return func(o *options) { o.nccl = path } }
-
-// WithCUDARuntime loads libcudart from path, a file or a folder, before any search.
-func WithCUDARuntime(path string) Option { return func(o *options) { o.cudart = path } }
-
-// WithoutCUDARuntime loads NCCL alone. Calls that must make a device current
-// (communicator creation, MemAlloc) then fail; the rest work.
-func WithoutCUDARuntime() Option { return func(o *options) { o.noCUDA = true } }
-
-// WithAlltoAllvABI chooses the form of VCCL's ncclAlltoAllv: 11 arguments (the
-// current one, with relaycount; the default) or 10 (the January 2026 form). Both
-// report version 2.29.2, so no symbol tells them apart. GONCCL_ALLTOALLV_ABI sets
-// the same when this option is absent.
-func WithAlltoAllvABI(nargs int) Option { return func(o *options) { o.a2avABI = nargs } }
-
 // Open finds and loads libnccl and the CUDA runtime (see the README for the
 // search order), resolves every symbol and reads the version.
 func Open(opts ...Option) (*Library, error) {
@@ -134,7 +109,7 @@ func Open(opts ...Option) (*Library, error) {
 }
 
 // Version is the NCCL version the library reports.
-func (l *Library) Version() abi.Version { return l.version }
+func (l *Library) Version() Version { return l.version }
 
 // CUDA is the CUDA runtime loaded with the library, or nil with WithoutCUDARuntime.
 func (l *Library) CUDA() *CUDA { return l.cuda }
@@ -225,7 +200,7 @@ func (l *Library) Close() error {
 }
 
 // ErrorString is NCCL's text for a result code.
-func (l *Library) ErrorString(r abi.Result) string {
+func (l *Library) ErrorString(r Result) string {
 	if l.fn[fnGetErrorString] == 0 {
 		return r.String()
 	}

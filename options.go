@@ -1,0 +1,28 @@
+package nccl
+
+// The options of Open and OpenCUDA.
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	nccl, cudart string
+	a2avABI      int
+	noCUDA       bool
+}
+
+// WithLibrary loads libnccl from path, a file or a folder, before any search.
+func WithLibrary(path string) Option { return func(o *options) { o.nccl = path } }
+
+// WithCUDARuntime loads libcudart from path, a file or a folder, before any search.
+func WithCUDARuntime(path string) Option { return func(o *options) { o.cudart = path } }
+
+// WithoutCUDARuntime loads NCCL alone. Calls that must make a device current
+// (communicator creation, MemAlloc) then fail; the rest work.
+func WithoutCUDARuntime() Option { return func(o *options) { o.noCUDA = true } }
+
+// WithAlltoAllvABI chooses the form of VCCL's ncclAlltoAllv: 11 arguments (the
+// current one, with relaycount; the default) or 10 (the January 2026 form). Both
+// report version 2.29.2, so no symbol tells them apart. GONCCL_ALLTOALLV_ABI sets
+// the same when this option is absent.
+func WithAlltoAllvABI(nargs int) Option { return func(o *options) { o.a2avABI = nargs } }
