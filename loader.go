@@ -1,25 +1,16 @@
 package nccl
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"unicode"
-	"unicode/utf8"
-	"unsafe"
 
-	"github.com/ebitengine/purego"
-	"github.com/gonccl/nccl/abi"
-	"github.com/gonccl/nccl/internal/ccall"
+	"github.com/gonccl/nccl/internal/dl"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,9 +32,6 @@ const (
 	ViaAlreadyLoaded = "already loaded"
 	ViaSystemLoader  = "system loader"
 )
-
-// rtldNoload is glibc's RTLD_NOLOAD: open only if already mapped.
-const rtldNoload = 0x4
 
 // LibraryFile says which shared library was loaded and how it was found.
 type LibraryFile struct {
@@ -75,88 +63,6 @@ func (a Attempt) String() string {
 	// Errors about a file name it (a *FileError, a *VersionError): say it once.
 	return fmt.Sprintf("%s: %s: %s", a.Via, path, strings.TrimPrefix(a.Err.Error(), path+": "))
 }
-
-// LoadError reports a library that could not be loaded, with the whole search.
-type LoadError struct {
-	Library string    // "libnccl" or "libcudart"
-	Trace   []Attempt // every candidate tried
-	Err     error     // the reason: a *dlopen* failure, ErrNotFound, ErrNotELF, ...
-	Hint    string    // what to set or install
-}
-
-func (e *LoadError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "gonccl: cannot load %s: %v", e.Library, e.Err)
-	for _, a := range e.Trace {
-		b.WriteString("\n  tried ")
-		b.WriteString(a.String())
-	}
-	if e.Hint != "" {
-		b.WriteString("\n  ")
-		b.WriteString(e.Hint)
-	}
-	return b.String()
-}
-
-func (e *LoadError) Unwrap() error { return e.Err }
-
-// Errors of the search. A *LoadError wraps one of them; each Attempt's Err may too.
-var (
-	ErrNotFound  = errors.New("not found")
-	ErrNotELF    = errors.New("not an ELF shared library")
-	ErrWrongArch = errors.New("ELF file for another architecture")
-	ErrDlopen    = errors.New("dlopen failed")
-	// ErrNotRegular: a candidate is a FIFO, a socket, a device or a folder,
-	// which gonccl never opens (opening a FIFO blocks until a writer comes).
-	ErrNotRegular = errors.New("not a regular file")
-	// ErrCorruptELF: a candidate's ELF headers describe more than the file
-	// holds (a truncated copy, a damaged download); dlopen would crash on it.
-	ErrCorruptELF = errors.New("truncated or corrupt ELF file")
-	// ErrBadVersion: ncclGetVersion answers a code no NCCL release reports.
-	ErrBadVersion = errors.New("implausible NCCL version")
-)
-
-// FileError is a candidate file the search could not examine (a permission
-// problem: errors.Is(err, fs.ErrPermission)) or refused before dlopen: Err
-// wraps ErrNotRegular, ErrCorruptELF, ErrNotELF, ErrWrongArch, ErrNotFound,
-// the system's error, or the *Error of a failed ncclGetVersion.
-type FileError struct {
-	Path string // the file
-	Err  error
-}
-
-func (e *FileError) Error() string { return showPath(e.Path) + ": " + e.Err.Error() }
-
-func (e *FileError) Unwrap() error { return e.Err }
-
-// fileError names path in err; a *fs.PathError gives up its own naming of the
-// path, whose text is not bounded.
-func fileError(path string, err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		err = pe.Err
-	}
-	return &FileError{Path: path, Err: err}
-}
-
-// VersionError is a library whose ncclGetVersion answers a code that decodes
-// to no NCCL release: not positive, or a major version other than 2 or 3 (the
-// code 99999999 would read as 9999.99.99). It matches ErrBadVersion.
-type VersionError struct {
-	Path string // the library file
-	Code int32  // the raw code ncclGetVersion wrote
-}
-
-func (e *VersionError) Error() string {
-	decoded := ""
-	if e.Code > 0 {
-		decoded = " (" + abi.DecodeVersion(int(e.Code)).String() + ")"
-	}
-	return fmt.Sprintf("%s: ncclGetVersion reports version code %d%s, which is no NCCL release (NCCL's codes decode to 2.x or 3.x: 2.28.3 is 22803)",
-		showPath(e.Path), e.Code, decoded)
-}
-
-func (e *VersionError) Is(target error) bool { return target == ErrBadVersion }
 
 // libSpec describes one library to search for.
 type libSpec struct {
@@ -224,10 +130,7 @@ func search(spec libSpec, explicit string, getenv func(string) string) (LibraryF
 	take := func(via, p string, h uintptr, err error) (LibraryFile, bool) {
 		if err == nil && spec.accept != nil {
 			if err = spec.accept(h, mappedPathOr(h, p)); err != nil {
-				mappedPaths.Lock()
-				delete(mappedPaths.m, h)
-				mappedPaths.Unlock()
-				purego.Dlclose(h)
+				dl.Close(h)
 			}
 		}
 		trace = append(trace, Attempt{Via: via, Path: p, Err: err})
@@ -311,9 +214,9 @@ func search(spec libSpec, explicit string, getenv func(string) string) (LibraryF
 		hazard[so] = loaderPathHazard(so, getenv("LD_LIBRARY_PATH"))
 	}
 	for _, via := range []string{ViaAlreadyLoaded, ViaSystemLoader} {
-		mode := purego.RTLD_NOW | purego.RTLD_GLOBAL
+		mode := dl.Now | dl.Global
 		if via == ViaAlreadyLoaded {
-			mode |= rtldNoload
+			mode |= dl.NoLoad
 		}
 		for _, so := range spec.sonames {
 			if err := hazard[so]; err != nil {
@@ -465,357 +368,4 @@ func pyVersion(dir string) int {
 	}
 	n, _ := strconv.Atoi(rest)
 	return n
-}
-
-// openFile opens the file at path. A file the process has mapped already is
-// taken as it is: the dynamic loader validated it when it mapped it. Another is
-// first checked (checkCandidate), which turns dlopen's terse words, its hangs
-// and its crashes into typed errors.
-func openFile(path string) (uintptr, error) {
-	if h := loaded(path); h != 0 {
-		return h, nil
-	}
-	if err := checkCandidate(path); err != nil {
-		return 0, err
-	}
-	return dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-}
-
-// loaded opens path only if the process has that file mapped already
-// (RTLD_NOLOAD), as dlopen would, and returns its handle; 0 if it has not. A
-// bare name is never looked up: it would match any library of that soname.
-// Nor is anything but a regular file: dlopen opens the file even with
-// RTLD_NOLOAD, to compare it with those mapped, and opening a FIFO blocks.
-func loaded(path string) uintptr {
-	if !filepath.IsAbs(path) || checkRegular(path) != nil {
-		return 0
-	}
-	h, _ := dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL|rtldNoload)
-	return h
-}
-
-// checkRegular refuses, without opening it, a path that is not a regular file
-// once symbolic links are followed.
-func checkRegular(path string) error {
-	st, err := os.Stat(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return fileError(path, fmt.Errorf("no such file: %w", ErrNotFound))
-		}
-		return fileError(path, err)
-	}
-	return regularFile(path, st.Mode())
-}
-
-// regularFile is the refusal of a file of mode m that is not regular, naming
-// what it is.
-func regularFile(path string, m fs.FileMode) error {
-	if m.IsRegular() {
-		return nil
-	}
-	what := "special file"
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		what = "FIFO (named pipe)"
-	case m&fs.ModeSocket != 0:
-		what = "socket"
-	case m&fs.ModeCharDevice != 0:
-		what = "character device"
-	case m&fs.ModeDevice != 0:
-		what = "block device"
-	case m.IsDir():
-		what = "folder"
-	}
-	return &FileError{Path: path, Err: fmt.Errorf("%w: it is a %s", ErrNotRegular, what)}
-}
-
-// checkCandidate is every check of a file before dlopen may see it: a regular
-// file (looked at before it is opened, and opened without blocking, then
-// looked at again through the descriptor, in case it was swapped), an ELF
-// shared object for this architecture whose headers fit in the file.
-func checkCandidate(path string) error {
-	if err := checkRegular(path); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return fileError(path, err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fileError(path, err)
-	}
-	if err := regularFile(path, st.Mode()); err != nil {
-		return err
-	}
-	if err := checkELFImage(f, st.Size()); err != nil {
-		return &FileError{Path: path, Err: err}
-	}
-	return nil
-}
-
-// loaderPathHazard looks where the dynamic loader will look for soname in
-// LD_LIBRARY_PATH (each folder's glibc-hwcaps subfolders, then the folder; an
-// empty entry is the working directory, as for the loader) and returns the
-// refusal of a file there that would hang or crash it: not regular, or a
-// corrupt ELF file. A file the loader refuses cleanly (another architecture,
-// not ELF, not readable) is passed over, as the loader passes it over; the
-// first good one ends the look, as it ends the loader's. Subfolders for CPU
-// levels this machine lacks are checked too: the look errs toward refusing.
-func loaderPathHazard(soname, ldLibraryPath string) error {
-	if ldLibraryPath == "" {
-		return nil
-	}
-	for _, dir := range strings.Split(strings.ReplaceAll(ldLibraryPath, ";", ":"), ":") {
-		if dir == "" {
-			dir = "."
-		}
-		good := false
-		for _, p := range loaderPathFiles(dir, soname) {
-			err := checkCandidate(p)
-			if errors.Is(err, ErrNotRegular) || errors.Is(err, ErrCorruptELF) {
-				return err
-			}
-			good = good || err == nil
-		}
-		if good {
-			return nil
-		}
-	}
-	return nil
-}
-
-// loaderPathFiles lists the files named soname the loader may open for one
-// LD_LIBRARY_PATH folder: in glibc-hwcaps/*/ (highest level first), then in it.
-func loaderPathFiles(dir, soname string) []string {
-	var out []string
-	levels, _ := os.ReadDir(filepath.Join(dir, "glibc-hwcaps"))
-	for i := len(levels) - 1; i >= 0; i-- {
-		if p := filepath.Join(dir, "glibc-hwcaps", levels[i].Name(), soname); present(p) {
-			out = append(out, p)
-		}
-	}
-	if p := filepath.Join(dir, soname); present(p) {
-		out = append(out, p)
-	}
-	return out
-}
-
-// checkNCCLVersion refuses a library whose ncclGetVersion fails or answers a
-// code no NCCL release reports, naming the file. A library without the
-// function passes: Open reports the missing symbol.
-func checkNCCLVersion(h uintptr, path string) error {
-	fn := dlsym(h, ncclSymbols[fnGetVersion].cname)
-	if fn == 0 {
-		return nil
-	}
-	var code int32
-	if r := abi.Result(int32(ccall.CallPtr(fn, uintptr(unsafe.Pointer(&code))))); r != abi.Success {
-		return &FileError{Path: path, Err: &Error{Op: "ncclGetVersion", Code: r}}
-	}
-	if !plausibleVersion(code) {
-		return &VersionError{Path: path, Code: code}
-	}
-	return nil
-}
-
-// plausibleVersion: a positive code that abi.DecodeVersion reads as NCCL 2.x
-// or 3.x (X*1000+Y*100+Z before 2.9, X*10000+Y*100+Z from 2.9).
-func plausibleVersion(code int32) bool {
-	if code <= 0 {
-		return false
-	}
-	major := abi.DecodeVersion(int(code)).Major
-	return major == 2 || major == 3
-}
-
-// maxShown bounds how much of an outside string (an environment value, a path
-// built from one) an error message repeats: a 100 KB value must not make a
-// 400 KB message.
-const maxShown = 200
-
-// quoteValue renders s for an error message: quoted with Go's escapes, so that
-// newlines and control bytes stay on one line, and cut after maxShown bytes
-// with the full length noted.
-func quoteValue(s string) string {
-	if len(s) <= maxShown {
-		return strconv.Quote(s)
-	}
-	cut := maxShown
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
-}
-
-// showPath renders a path for an error message: as it is when it is short and
-// plain (printable, no quote or backslash), quoteValue's way otherwise.
-func showPath(p string) string {
-	if len(p) <= maxShown && isPlain(p) {
-		return p
-	}
-	return quoteValue(p)
-}
-
-func isPlain(s string) bool {
-	for _, r := range s {
-		if r == utf8.RuneError || r == '"' || r == '\\' || !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
-}
-
-// The dynamic loader's functions, called through gonccl's own call path:
-// purego's Dlopen and Dlsym go through reflection, which cost more than the
-// loader's own work. A zero address (a libc without the function) falls back to
-// purego, or for dlinfo to /proc/self/maps.
-type dlFuncs struct{ open, sym, info, errstr uintptr }
-
-var libdl = sync.OnceValue(func() dlFuncs {
-	addr := func(name string) uintptr {
-		p, _ := purego.Dlsym(purego.RTLD_DEFAULT, name)
-		return p
-	}
-	return dlFuncs{open: addr("dlopen"), sym: addr("dlsym"), info: addr("dlinfo"), errstr: addr("dlerror")}
-})
-
-// dlopen keeps dlerror's words: dlerror's state is per thread, so the thread is
-// locked around both calls.
-func dlopen(path string, mode int) (uintptr, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if strings.IndexByte(path, 0) >= 0 {
-		return 0, fmt.Errorf("%w: %s holds a NUL byte", ErrDlopen, quoteValue(path))
-	}
-	d := libdl()
-	if d.open == 0 || d.errstr == 0 {
-		h, err := purego.Dlopen(path, mode)
-		if err != nil {
-			return 0, fmt.Errorf("%w: %s", ErrDlopen, strings.Replace(err.Error(), path, showPath(path), 1))
-		}
-		return h, nil
-	}
-	if h := ccall.CallPtr(d.open, uintptr(unsafe.Pointer(cString(path))), uintptr(mode)); h != 0 {
-		return h, nil
-	}
-	// dlerror repeats the path, which may be long or hold newlines: shown bounded.
-	return 0, fmt.Errorf("%w: %s", ErrDlopen, strings.Replace(ccall.GoString(ccall.Call(d.errstr)), path, showPath(path), 1))
-}
-
-// dlsym returns 0 for a missing symbol; name is NUL-terminated (symbol.cname).
-func dlsym(h uintptr, name *byte) uintptr {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	return dlsymLocked(h, name)
-}
-
-// dlsymLocked is dlsym for a caller that holds its OS thread.
-func dlsymLocked(h uintptr, name *byte) uintptr {
-	fn := libdl().sym
-	if fn == 0 {
-		p, err := purego.Dlsym(h, goString(name))
-		if err != nil {
-			return 0
-		}
-		return p
-	}
-	// name is kept alive and in place by the symbol table that holds it.
-	return ccall.Call(fn, h, uintptr(unsafe.Pointer(name)))
-}
-
-func goString(p *byte) string { return ccall.GoString(uintptr(unsafe.Pointer(p))) }
-
-// mappedPaths remembers mappedPath's answers by handle. gonccl never closes a
-// library, so a handle names the same mapped file for the life of the process:
-// the answer cannot change, and a second Open of a file looks at neither the
-// link map nor the disk again.
-var mappedPaths struct {
-	sync.Mutex
-	m map[uintptr]string
-}
-
-// mappedPath finds the file that backs the library behind handle h: the name
-// the dynamic loader recorded for it (dlinfo's link map), with symbolic links
-// resolved; where dlinfo is unavailable, the mapping of /proc/self/maps that
-// holds one of its symbols, which the kernel names after every link.
-func mappedPath(h uintptr) (string, error) {
-	mappedPaths.Lock()
-	defer mappedPaths.Unlock()
-	if p, ok := mappedPaths.m[h]; ok {
-		return p, nil
-	}
-	p, err := findMappedPath(h)
-	if err != nil {
-		return "", err
-	}
-	if mappedPaths.m == nil {
-		mappedPaths.m = make(map[uintptr]string)
-	}
-	mappedPaths.m[h] = p
-	return p, nil
-}
-
-func findMappedPath(h uintptr) (string, error) {
-	if p := linkMapName(h); filepath.IsAbs(p) {
-		if real, err := filepath.EvalSymlinks(p); err == nil {
-			return real, nil
-		}
-	}
-	var addr uintptr
-	for _, s := range []*byte{ncclSymbols[fnGetVersion].cname, cudaSymbols[cuRuntimeGetVersion].cname} {
-		if addr = dlsym(h, s); addr != 0 {
-			break
-		}
-	}
-	if addr == 0 {
-		return "", errors.New("no known symbol to locate the library")
-	}
-	return mappingOf(addr)
-}
-
-// rtldDILinkmap is glibc's RTLD_DI_LINKMAP request to dlinfo.
-const rtldDILinkmap = 2
-
-// linkMapName is l_name of the loader's struct link_map for handle h (the
-// second pointer of the struct), or "".
-func linkMapName(h uintptr) string {
-	fn := libdl().info
-	if fn == 0 {
-		return ""
-	}
-	var lm *[2]uintptr
-	if r := ccall.CallPtr(fn, h, rtldDILinkmap, uintptr(unsafe.Pointer(&lm))); int32(r) != 0 || lm == nil {
-		return ""
-	}
-	return ccall.GoString(lm[1])
-}
-
-func mappingOf(addr uintptr) (string, error) {
-	f, err := os.Open("/proc/self/maps")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// 7f12c0000000-7f12c0021000 r-xp 00000000 08:01 1234   /usr/lib/libnccl.so.2.28.3
-		line := sc.Bytes()
-		dash := bytes.IndexByte(line, '-')
-		sp := bytes.IndexByte(line, ' ')
-		if dash < 0 || sp < dash {
-			continue
-		}
-		l, err1 := strconv.ParseUint(string(line[:dash]), 16, 64)
-		u, err2 := strconv.ParseUint(string(line[dash+1:sp]), 16, 64)
-		if err1 != nil || err2 != nil || uint64(addr) < l || uint64(addr) >= u {
-			continue
-		}
-		if slash := bytes.IndexByte(line, '/'); slash >= 0 {
-			return string(line[slash:]), nil
-		}
-		return "", fmt.Errorf("address %#x is in an anonymous mapping", addr)
-	}
-	return "", fmt.Errorf("address %#x not in /proc/self/maps", addr)
 }

@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/dl"
 )
 
 // The symbol tables: one row per C function gonccl calls. A row drives loading
@@ -314,9 +315,9 @@ func resolve(h uintptr, path string, table []symbol, fn []uintptr, required func
 		if fn[i] != 0 {
 			continue
 		}
-		p := dlsymLocked(h, s.cname)
+		p := dl.SymLocked(h, s.cname)
 		if p == 0 && s.calt != nil {
-			p = dlsymLocked(h, s.calt)
+			p = dl.SymLocked(h, s.calt)
 		}
 		fn[i] = p
 		if p == 0 && required(s) {

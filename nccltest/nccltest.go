@@ -200,7 +200,7 @@ func cached(cache, key, cc string) (Dir, error) {
 	if err != nil {
 		return "", fmt.Errorf("the fakes' cache: %w", err)
 	}
-	if err := BuildInto(tmp, cc); err != nil {
+	if err := buildInto(tmp, final, cc); err != nil {
 		os.RemoveAll(tmp)
 		return "", err
 	}
@@ -239,7 +239,7 @@ func cacheKey(cc string) (string, error) {
 	for _, v := range variants {
 		fmt.Fprintf(h, "variant %s %q\n", v.Name, v.Defines)
 	}
-	fmt.Fprintf(h, "flags %q\n", commonFlags)
+	fmt.Fprintf(h, "flags %q\nlink %s\n", commonFlags, linkForm)
 	path, err := exec.LookPath(cc)
 	if err != nil {
 		return "", fmt.Errorf("the C compiler %q: %w", cc, err)
@@ -275,13 +275,28 @@ func compiler(cc string) (string, error) {
 	return cc, nil
 }
 
+// linkForm names how buildInto links the variants; it is part of the cache
+// key, so a change to the linking (not to the sources or flags) is a new key.
+// Change it with the linking.
+const linkForm = "soname libnccl.so.2; -Bsymbolic; rpath $ORIGIN/../cudart:HOME/cudart"
+
 var commonFlags = []string{"-shared", "-fPIC", "-O2", "-pthread", "-Wall", "-Wno-unused-parameter"}
 
 // BuildInto compiles the fakes into dir with the C compiler cc ("" for the
 // one Build would use): a cross compiler builds them for another target, as
 // for an emulated arm64 run.
-func BuildInto(dir, cc string) error {
-	cc, err := compiler(cc)
+func BuildInto(dir, cc string) error { return buildInto(dir, dir, cc) }
+
+// buildInto compiles into dir the fakes that will live in home: each variant
+// finds the fake cudart beside it ($ORIGIN/../cudart, wherever the folder
+// moves) and, for a copy of it placed elsewhere (the loader's tests copy
+// libraries into folders of their own), in home.
+func buildInto(dir, home, cc string) error {
+	home, err := filepath.Abs(home)
+	if err != nil {
+		return err
+	}
+	cc, err = compiler(cc)
 	if err != nil {
 		return err
 	}
@@ -325,10 +340,10 @@ func BuildInto(dir, cc string) error {
 			}
 			args := append(append([]string{}, commonFlags...), v.Defines...)
 			// -Bsymbolic: each variant calls its own functions even when
-			// several variants are loaded in one process. $ORIGIN: the
-			// variant finds the fake cudart beside it wherever the folder is.
+			// several variants are loaded in one process.
 			args = append(args, "-Wl,-soname,libnccl.so.2", "-Wl,-Bsymbolic", "-o", filepath.Join(d.NCCL(v.Name), "libnccl.so.2"),
-				filepath.Join(src, "fakenccl.c"), "-L"+d.CUDART(), "-l:libcudart.so.12", "-Wl,-rpath,$ORIGIN/../cudart", "-lm")
+				filepath.Join(src, "fakenccl.c"), "-L"+d.CUDART(), "-l:libcudart.so.12",
+				"-Wl,-rpath,$ORIGIN/../cudart:"+Dir(home).CUDART(), "-lm")
 			errs[i] = run(args...)
 		}()
 	}
