@@ -53,7 +53,7 @@ type Library struct {
 	cliques   map[uint64]*clique // by key (see clique)
 }
 
-// Open finds and loads libnccl and the CUDA runtime (see the README for the
+// Open finds and loads libnccl and the CUDA runtime (see docs/loading.md for the
 // search order), resolves every symbol and reads the version.
 func Open(opts ...Option) (*Library, error) {
 	var o options
