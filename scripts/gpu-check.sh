@@ -171,6 +171,25 @@ run)
     run_example env "$@" $E/captured -np 2 "${few[@]}" $T
     if [ "$GPUS" -lt 2 ]; then run_example env "$@" $E/captured -np 2 -blocking "${few[@]}" $T
     else run_example env "$@" $E/captured -np 2 -blocking -replays 2000 $T; fi
+    # One process driving every GPU with its iterations captured into a graph
+    # per GPU (-G): each GPU's capture is open while the others' end (EndCapture
+    # instantiates the graphs once the last ends; before, CUDA refused with
+    # cudaError 900). Every checked result must be right (-c 1).
+    if [ "$GPUS" -ge 2 ]; then
+      local mode
+      for mode in "-G 5" "-R 2 -G 5"; do
+        echo "\$ nccl-bench -g $GPUS $mode" >>"$log"
+        local bout
+        if bout=$(env "$@" timeout 120 .gpu/bin/nccl-bench -op all_reduce -d uint8 -g "$GPUS" $mode -b 8 -e 1M -f 32 -n 5 -w 1 -c 1 2>&1) &&
+          echo "$bout" | awk '/^ +[0-9]/ { rows++; for (i = 9; i <= 13; i += 4) if ($i == "0") ok++; else if ($i != "N/A") bad++ }
+            END { exit !(rows > 0 && ok > 0 && bad == 0) }'; then
+          echo "   example ok:   nccl-bench -op all_reduce -d uint8 -g $GPUS $mode -c 1" | tee -a "$summary"
+        else
+          echo "   example FAIL: nccl-bench -op all_reduce -d uint8 -g $GPUS $mode -c 1" | tee -a "$summary"
+        fi
+        echo "$bout" >>"$log"
+      done
+    fi
     grep -h "checksum\|correct\|identical\|faulttolerant:\|onesided:\|captured:" "$log" | sed 's/^/      /' >>"$summary"
   }
   if [ -n "${BUILD_NCCL:-}" ]; then
