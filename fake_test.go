@@ -10,21 +10,10 @@ import (
 	"github.com/gonccl/nccl/internal/fakes"
 )
 
-// FakeDir, FakeNCCL and FakeCUDART give the fake libraries (internal/fakes) to
-// this package's tests, external ones included.
-var (
-	FakeDir    = fakes.Dir
-	FakeNCCL   = fakes.NCCL
-	FakeCUDART = fakes.CUDART
-)
-
 // Child processes: a test that needs a fresh process (the system loader reads
 // LD_LIBRARY_PATH at start; a library once loaded stays loaded) re-executes the
 // test binary with GONCCL_TEST_CHILD naming one of these.
 var children = map[string]func() error{}
-
-// Children lets the external test package add child processes.
-var Children = children
 
 func TestMain(m *testing.M) {
 	if name := os.Getenv("GONCCL_TEST_CHILD"); name != "" {
@@ -64,6 +53,3 @@ func runChild(t *testing.T, name string, env ...string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
-
-// RunChild is runChild for the external test package.
-var RunChild = runChild
