@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"slices"
@@ -43,7 +44,10 @@ import (
 // goroutine making the ranks of several GPUs inside a Group, as NCCL's
 // multi-GPU init wants) cannot be held back: they reach NCCL at once, in an
 // NCCL group opened for them; if fn then fails, NCCL discards that group its
-// own way. Other calls that are not stream operations (Split, registration)
+// own way. NCCL joins such communicators at the group's end: use them after
+// Group returns. A non-blocking one is waited for there, with the context
+// its init was given; if it fails or that context ends, it is aborted and
+// Group returns the error. Other calls that are not stream operations (Split, registration)
 // are not grouped: make them outside a Group.
 //
 // All communicators of a group must share a blocking mode (NCCL refuses a
@@ -90,6 +94,16 @@ type groupRec struct {
 	ops      []groupOp
 	comms    []*Comm // the members, each once (at launch)
 	ncclOpen bool    // ncclGroupStart was called for a call that is not recorded (an init)
+	inits    []pendingInit
+}
+
+// A pendingInit is a non-blocking communicator made inside a Group: NCCL
+// joins it only at ncclGroupEnd, so it is waited for (with its init's
+// context) once the group has ended.
+type pendingInit struct {
+	c   *Comm
+	ctx context.Context
+	op  string
 }
 
 // groupBegin opens a group on the calling goroutine, or a nested level of the
@@ -194,7 +208,18 @@ func (l *Library) groupEnd(g *groupRec, mark int, ferr error) error {
 		l.call(fnAllReduce, 0, 0, 0, uintptr(Float32), uintptr(Sum), 0, 0)
 		l.call(fnGroupEnd)
 	}
+	var inits []pendingInit
+	if len(g.inits) > 0 {
+		inits = slices.Clone(g.inits)
+	}
 	l.groupRelease(g)
+	// The group has ended: the non-blocking communicators made inside it
+	// finish joining now (or, where the group failed, fail and are aborted).
+	for _, p := range inits {
+		if ierr := p.c.ready(p.ctx, p.op); ierr != nil && err == nil {
+			err = ierr
+		}
+	}
 	if ferr != nil {
 		return ferr
 	}
@@ -205,7 +230,8 @@ func (l *Library) groupEnd(g *groupRec, mark int, ferr error) error {
 func (l *Library) groupRelease(g *groupRec) {
 	clear(g.ops)
 	clear(g.comms)
-	g.ops, g.comms, g.ncclOpen = g.ops[:0], g.comms[:0], false
+	clear(g.inits)
+	g.ops, g.comms, g.inits, g.ncclOpen = g.ops[:0], g.comms[:0], g.inits[:0], false
 	l.groupsMu.Lock()
 	if i := slices.Index(l.groups, g); i >= 0 {
 		l.groups = slices.Delete(l.groups, i, i+1)

@@ -92,7 +92,8 @@ func checkInitArgs(op string, dev, nranks, rank int) error {
 // initComm runs one init call on a locked thread with dev current (NCCL binds
 // the communicator to the calling thread's device), then waits for a
 // non-blocking one outside NCCL. Inside a Group the call joins NCCL's group
-// (see Group): a blocking communicator is then ready when the group ends.
+// (see Group), and the communicator, of either mode, is ready when the group
+// ends: the Group waits for a non-blocking one then.
 // key is the communicator's clique (see clique).
 func (l *Library) initComm(ctx context.Context, op string, dev, nranks, rank int, cfg *Config, key uint64,
 	call func(h *uintptr, cfgPtr uintptr) error) (*Comm, error) {
@@ -123,6 +124,12 @@ func (l *Library) initComm(ctx context.Context, op string, dev, nranks, rank int
 	})
 	if err != nil {
 		return nil, err
+	}
+	if g := l.recording(); g != nil && !c.blocking {
+		// Inside a Group NCCL joins the communicator at ncclGroupEnd:
+		// the Group waits for it there (see groupEnd).
+		g.inits = append(g.inits, pendingInit{c, ctx, op})
+		return c, nil
 	}
 	if err := c.ready(ctx, op); err != nil {
 		return nil, err

@@ -1,0 +1,155 @@
+package nccl_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/gonccl/nccl"
+)
+
+// TestInitRankInsideGroup: one goroutine makes the ranks of several GPUs
+// with InitRank inside a Group (NCCL's multi-GPU init), with a context that
+// can end (non-blocking communicators), one that can be cancelled, and none
+// (blocking). NCCL joins them at ncclGroupEnd: before, a non-blocking
+// InitRank waited for its own readiness inside the group until its deadline,
+// then aborted a communicator NCCL's open group still held (the fake stops
+// the process on that, as NCCL would crash). The communicators then
+// all-reduce random data, every element checked. A Group whose function
+// fails after the inits returns its error, and non-blocking communicators of
+// the discarded group are aborted.
+func TestInitRankInsideGroup(t *testing.T) {
+	for _, n := range []int{2, 4} {
+		for _, mode := range []string{"deadline", "cancel", "background"} {
+			t.Run(fmt.Sprintf("%dranks/%s", n, mode), func(t *testing.T) {
+				l := open(t, "default")
+				var ctx context.Context
+				switch mode {
+				case "deadline":
+					var cancel func()
+					ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+				case "cancel":
+					var cancel func()
+					ctx, cancel = context.WithCancel(context.Background())
+					defer cancel()
+				default:
+					ctx = context.Background()
+				}
+				id, err := l.GetUniqueID()
+				if err != nil {
+					t.Fatal(err)
+				}
+				comms := make([]*nccl.Comm, n)
+				start := time.Now()
+				err = l.Group(func() error {
+					for r := range n {
+						c, err := l.InitRank(ctx, r, id, n, r, nil)
+						if err != nil {
+							return err
+						}
+						comms[r] = c
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatalf("Group of %d InitRank: %v after %v", n, err, time.Since(start))
+				}
+				if took := time.Since(start); took > 10*time.Second {
+					t.Fatalf("Group of %d InitRank took %v", n, took)
+				}
+				for r, c := range comms {
+					if c.Blocking() != (mode == "background") || c.Rank() != r {
+						t.Fatalf("rank %d: Blocking %v, Rank %d", r, c.Blocking(), c.Rank())
+					}
+				}
+				const elems = 1000
+				want := make([]int64, elems)
+				bufs := make([]nccl.Buffer, n)
+				streams := make([]nccl.Stream, n)
+				for r := range n {
+					host := make([]int64, elems)
+					for i := range host {
+						host[i] = rand.Int64N(1 << 40)
+						want[i] += host[i]
+					}
+					bufs[r] = upload(t, l, r, host)
+					if streams[r], err = l.CUDA().NewStream(r, nccl.StreamNonBlocking); err != nil {
+						t.Fatal(err)
+					}
+					defer streams[r].Destroy()
+				}
+				if err := l.Group(func() error {
+					for r, c := range comms {
+						if err := c.AllReduce(bufs[r], bufs[r], nccl.Sum, streams[r]); err != nil {
+							return err
+						}
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				for r, c := range comms {
+					if err := c.Wait(ctx, streams[r]); err != nil {
+						t.Fatal(err)
+					}
+					got := download[int64](t, bufs[r])
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("rank %d element %d = %d, want %d", r, i, got[i], want[i])
+						}
+					}
+					if err := c.Close(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestInitRankInsideFailedGroup: a Group whose function fails after its
+// non-blocking InitRank calls returns the function's error at once, and the
+// communicators of the discarded group are aborted (their calls fail with
+// ErrClosed), not left waiting.
+func TestInitRankInsideFailedGroup(t *testing.T) {
+	l := open(t, "default")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id, err := l.GetUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	var comms []*nccl.Comm
+	start := time.Now()
+	err = l.Group(func() error {
+		for r := range 2 {
+			c, err := l.InitRank(ctx, r, id, 2, r, nil)
+			if err != nil {
+				return err
+			}
+			comms = append(comms, c)
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Group: %v, want the function's error", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the failed Group took %v", took)
+	}
+	for r, c := range comms {
+		select {
+		case <-c.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("rank %d of the discarded group was not aborted", r)
+		}
+		if err := c.AsyncError(); !errors.Is(err, nccl.ErrClosed) {
+			t.Errorf("rank %d after the discarded group: %v, want ErrClosed", r, err)
+		}
+	}
+}
