@@ -276,6 +276,13 @@ func (c *Comm) free(sym int) error {
 // Close, or an operation NCCL blocks in) is not interrupted: NCCL offers no safe
 // way to, and the communicator is freed when that call returns. Non-blocking
 // communicators never block inside NCCL.
+//
+// Buffers after an Abort: an operation that returns an error matching
+// ErrClosed because of it returns once ncclCommAbort has run (NCCL's launch
+// thread of a non-blocking communicator may be enqueuing the operation until
+// then). After that, Synchronize the operations' streams
+// (the work NCCL enqueued stops at its abort flag) before freeing or reusing
+// their buffers.
 func (c *Comm) Abort() error {
 	if !c.made() {
 		return zeroComm("Abort")

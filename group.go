@@ -95,6 +95,7 @@ type groupRec struct {
 	comms    []*Comm // the members, each once (at launch)
 	ncclOpen bool    // ncclGroupStart was called for a call that is not recorded (an init)
 	inits    []pendingInit
+	cut      []*Comm // non-blocking members whose launch an abort cut short (see launch)
 }
 
 // A pendingInit is a non-blocking communicator made inside a Group: NCCL
@@ -212,7 +213,17 @@ func (l *Library) groupEnd(g *groupRec, mark int, ferr error) error {
 	if len(g.inits) > 0 {
 		inits = slices.Clone(g.inits)
 	}
+	var cut []*Comm
+	if len(g.cut) > 0 {
+		cut = slices.Clone(g.cut)
+		if err == nil {
+			err = &ClosedError{Op: "ncclGroupEnd", What: "communicator"}
+		}
+	}
 	l.groupRelease(g)
+	for _, c := range cut {
+		c.afterCutShort()
+	}
 	// The group has ended: the non-blocking communicators made inside it
 	// finish joining now (or, where the group failed, fail and are aborted).
 	for _, p := range inits {
@@ -231,7 +242,8 @@ func (l *Library) groupRelease(g *groupRec) {
 	clear(g.ops)
 	clear(g.comms)
 	clear(g.inits)
-	g.ops, g.comms, g.inits, g.ncclOpen = g.ops[:0], g.comms[:0], g.inits[:0], false
+	clear(g.cut)
+	g.ops, g.comms, g.inits, g.cut, g.ncclOpen = g.ops[:0], g.comms[:0], g.inits[:0], g.cut[:0], false
 	l.groupsMu.Lock()
 	if i := slices.Index(l.groups, g); i >= 0 {
 		l.groups = slices.Delete(l.groups, i, i+1)
@@ -336,7 +348,10 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 		if c.blocking {
 			continue
 		}
-		if serr := c.settleHeld("ncclGroupEnd"); serr != nil && err == nil && !isClosed(serr) {
+		serr := c.settleHeld("ncclGroupEnd")
+		if isClosed(serr) {
+			g.cut = append(g.cut, c) // see Comm.afterCutShort: waited for once the members are let go
+		} else if serr != nil && err == nil {
 			err = serr
 		}
 	}

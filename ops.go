@@ -446,7 +446,23 @@ func (c *Comm) stream(sym int, args ...uintptr) error {
 		c.launching.Store(false)
 	}
 	c.exit()
+	if err != nil && !c.blocking && isClosed(err) {
+		c.afterCutShort()
+	}
 	return err
+}
+
+// afterCutShort follows a non-blocking launch whose wait an Abort (or Close)
+// cut short: NCCL's launch thread may still be enqueuing the operation on
+// the caller's stream, and stops only once ncclCommAbort has run. The call
+// returns after that (the communicator is freed: Done), so that nothing more
+// reaches the stream: a Synchronize of it then covers all the work, and the
+// buffers may be freed. The caller's count is already given back, so the
+// abort can go ahead.
+//
+//go:noinline
+func (c *Comm) afterCutShort() {
+	<-c.done
 }
 
 // busyError is a call on a non-blocking communicator while another

@@ -648,6 +648,7 @@ typedef struct comm {
     long coll_seq, split_seq, win_seq;
     long send_seq[MAXR], recv_seq[MAXR];
     int pending;    /* work items not yet run */
+    int launches;   /* non-blocking groups of its whose launch thread runs: ncclCommAbort joins them */
     int graph_refs; /* NCCL's localPersistentRefs: captured launches that live CUDA graphs still hold */
     int aborted;    /* ncclCommAbort was called: waits on peers give up, as NCCL's abort flag makes them */
     int revoked;    /* ncclCommRevoke: in-flight work stops, new operations are refused */
@@ -1812,8 +1813,9 @@ static ncclResult_t release(comm* c, const char* fn, int wait) {
     if (wait) wait_idle(c);
     pthread_mutex_lock(&g);
     if (!wait) c->aborted = 1;
-    job_unlink(c); /* ncclGroupJobAbort (abort), or the completed job's link (destroy) */
     pthread_cond_broadcast(&gc); /* an abort stops the work in flight first */
+    while (c->launches) pthread_cond_wait(&gc, &g); /* and joins its group jobs' threads (ncclGroupJobAbort) */
+    job_unlink(c); /* ncclGroupJobAbort (abort), or the completed job's link (destroy) */
     wait_graphs(c, fn);
     c->freed_by = fn;
     __atomic_store_n(&c->magic, DEAD_MAGIC, __ATOMIC_RELEASE); /* kept allocated: work in flight may still read it */
@@ -3023,13 +3025,29 @@ typedef struct nbgroup {
     char fn[32];
 } nbgroup;
 
+/* launch_later is NCCL's group job thread of a non-blocking group. It takes
+ * FAKENCCL_LAUNCH_DELAY_US (a test's knob: NCCL's thread may take long, as
+ * when it connects the ranks) before launching; a member aborted meanwhile
+ * stops it before anything reaches a stream, as NCCL's abort flag stops its
+ * job. ncclCommAbort joins it (see release): after the abort, nothing of the
+ * group is enqueued any more. */
 static void* launch_later(void* p) {
     name_thread("fakenccl-launch");
     nbgroup* b = p;
-    ncclResult_t r = b->list ? launch(b->list, b->fn) : ncclSuccess;
+    const char* d = getenv("FAKENCCL_LAUNCH_DELAY_US");
+    if (d && atol(d) > 0) usleep((useconds_t)atol(d));
     pthread_mutex_lock(&g);
-    for (int i = 0; i < b->n; i++)
+    int stop = 0;
+    for (int i = 0; i < b->n; i++) stop |= b->members[i]->aborted;
+    pthread_mutex_unlock(&g);
+    ncclResult_t r = ncclSuccess;
+    if (b->list && !stop) r = launch(b->list, b->fn);
+    else if (b->list) free_tasks(b->list);
+    pthread_mutex_lock(&g);
+    for (int i = 0; i < b->n; i++) {
         if (!b->members[i]->blocking) set_async(b->members[i], r);
+        b->members[i]->launches--;
+    }
     pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
     free(b->members);
@@ -3047,8 +3065,10 @@ static ncclResult_t launch_nonblocking(task* list, comm** members, int n, comm**
     b->n = n;
     snprintf(b->fn, sizeof b->fn, "%s", fn);
     pthread_mutex_lock(&g);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (!members[i]->blocking) set_async(members[i], ncclInProgress);
+        members[i]->launches++;
+    }
     memcpy(b->members + n, inits, (size_t)ninits * sizeof *inits); /* linked too, as NCCL's async jobs' comms */
     job_start(b->members, n + ninits);
     pthread_mutex_unlock(&g);
