@@ -167,12 +167,17 @@ func TestInitRankConfigReachesNCCL(t *testing.T) {
 				t.Errorf("%s: InitRank changed the caller's Config", mode.name)
 			}
 		}
-		// A field 2.14 lacks is refused before NCCL sees it.
+		// A field 2.14 lacks is refused before NCCL sees it, as a missing
+		// function is: ErrNotSupported, naming the field and its release.
 		if variant == "old" {
 			id, _ := l.GetUniqueID()
-			_, err := l.InitRank(context.Background(), 0, id, 1, 0, &nccl.Config{CommName: "x"})
-			if !errors.Is(err, nccl.ErrInvalidArgument) || !strings.Contains(err.Error(), "requires NCCL >= 2.27") {
-				t.Errorf("commName on 2.14: %v", err)
+			for _, cfg := range []*nccl.Config{{CommName: "x"}, {CTAPolicy: new(int32)}} {
+				_, err := l.InitRank(context.Background(), 0, id, 1, 0, cfg)
+				var ue *nccl.UnsupportedError
+				if !errors.Is(err, nccl.ErrNotSupported) || !errors.As(err, &ue) || !strings.Contains(err.Error(), "requires >= 2.27") ||
+					!strings.HasPrefix(ue.Name, "ncclConfig_t.") {
+					t.Errorf("a 2.27 field on 2.14: %v", err)
+				}
 			}
 		}
 	}

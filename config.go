@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"errors"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -92,11 +93,14 @@ type configBuffer struct {
 
 const configSpace = 256 // more than any ncclConfig_t (96 bytes in 2.30)
 
-// encodeConfig lays cfg out for library version v; nil gives a NULL config.
-func encodeConfig(op string, cfg *Config, v abi.Version) (*configBuffer, uintptr, error) {
+// encodeConfig lays cfg out for the loaded release; nil gives a NULL config.
+// A field the release lacks is an *UnsupportedError (ErrNotSupported), so
+// that a program can fall back as it does for a missing function.
+func (l *Library) encodeConfig(op string, cfg *Config) (*configBuffer, uintptr, error) {
 	if cfg == nil {
 		return nil, 0, nil
 	}
+	v := l.version
 	ac := abiConfig(cfg)
 	// First pass: the room the strings need.
 	need := configSpace
@@ -104,6 +108,14 @@ func encodeConfig(op string, cfg *Config, v abi.Version) (*configBuffer, uintptr
 		need += len(s) + 1
 		return 0
 	}); err != nil {
+		var fe *abi.FieldError
+		if errors.As(err, &fe) {
+			name := "ncclConfig_t"
+			if fe.Field != "" {
+				name += "." + fe.Field
+			}
+			return nil, 0, &UnsupportedError{Name: name, Path: l.Path, Version: v, Requires: ">= " + shortVersion(fe.Since)}
+		}
 		return nil, 0, &Error{Op: op, Code: abi.InvalidArgument, Msg: err.Error()}
 	}
 	mem, err := unix.Mmap(-1, 0, need, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)

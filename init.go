@@ -103,7 +103,7 @@ func (l *Library) initComm(ctx context.Context, op string, dev, nranks, rank int
 	blocking := blockingFor(ctx, cfg)
 	var c *Comm
 	err := l.onDevice(op, dev, func() error {
-		buf, ptr, err := encodeConfig(op, withBlocking(cfg, blocking), l.version)
+		buf, ptr, err := l.encodeConfig(op, withBlocking(cfg, blocking))
 		if err != nil {
 			return err
 		}
@@ -208,7 +208,7 @@ func (l *Library) initAllGrouped(ctx context.Context, devs []int, cfg *Config) (
 	err = l.Group(func() error {
 		for i, d := range devs {
 			err := l.onDevice("ncclCommInitRankConfig", d, func() error {
-				buf, ptr, err := encodeConfig("ncclCommInitRankConfig", withBlocking(cfg, blocking), l.version)
+				buf, ptr, err := l.encodeConfig("ncclCommInitRankConfig", withBlocking(cfg, blocking))
 				if err != nil {
 					return err
 				}
@@ -300,7 +300,7 @@ func (c *Comm) derive(ctx context.Context, op string, cfg *Config, color int, no
 	err := l.onDevice(op, c.dev, func() error {
 		var ptr uintptr
 		var err error
-		if buf, ptr, err = encodeConfig(op, withBlocking(cfg, blocking), l.version); err != nil {
+		if buf, ptr, err = l.encodeConfig(op, withBlocking(cfg, blocking)); err != nil {
 			return err
 		}
 		h, err := c.enter(op, false)

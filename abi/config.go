@@ -37,6 +37,22 @@ type Config struct {
 	GraphStreamOrdering *int32
 }
 
+// FieldError is a field of ncclConfig_t set for a release that lacks it (or,
+// Field empty, a config for a release before 2.14, which has none): NCCL
+// would ignore it silently.
+type FieldError struct {
+	Field  string  // as in nccl.h; "" for the whole ncclConfig_t
+	Since  Version // the first release with it
+	Loaded Version
+}
+
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("ncclConfig_t requires NCCL >= %s (loaded %s)", shortVersion(e.Since), e.Loaded)
+	}
+	return fmt.Sprintf("ncclConfig_t.%s requires NCCL >= %s (loaded %s)", e.Field, shortVersion(e.Since), e.Loaded)
+}
+
 // Field is one field of ncclConfig_t after the header (size, magic, version).
 type Field struct {
 	Name    string  // as in nccl.h
@@ -156,11 +172,11 @@ func EncodeConfig(buf []byte, c *Config, v Version, cstr func(string) uintptr) (
 	have := configFieldCount(v)
 	for _, f := range configFields[have:] {
 		if _, _, set := f.get(c); set {
-			return 0, fmt.Errorf("ncclConfig_t.%s requires NCCL >= %s (loaded %s)", f.Name, shortVersion(f.Since), v)
+			return 0, &FieldError{Field: f.Name, Since: f.Since, Loaded: v}
 		}
 	}
 	if !ok {
-		return 0, fmt.Errorf("ncclConfig_t requires NCCL >= 2.14 (loaded %s)", v)
+		return 0, &FieldError{Since: V(2, 14, 0), Loaded: v}
 	}
 	if uintptr(len(buf)) < size {
 		return 0, fmt.Errorf("abi: ncclConfig_t of NCCL %s needs %d bytes, buffer has %d", v, size, len(buf))
