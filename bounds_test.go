@@ -340,3 +340,30 @@ func TestNonBlockingConcurrentCallsRefused(t *testing.T) {
 		return sumCheck(ctx, ranks[r].comm, ranks[r].s, uint64(r), tags(0, 1))
 	})
 }
+
+// TestDeviceBeyondCount: a device number past the devices the process sees
+// is an error matching ErrInvalidArgument that says how many there are, for
+// memory, streams and communicators alike, not CUDA's bare
+// cudaErrorInvalidDevice.
+func TestDeviceBeyondCount(t *testing.T) {
+	t.Setenv("FAKECUDA_DEVICES", "3")
+	l := open(t, "default")
+	cu := l.CUDA()
+	id, err := l.GetUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"Alloc":     func() error { _, err := cu.Alloc(7, nccl.Float32, 8); return err },
+		"NewStream": func() error { _, err := cu.NewStream(3, nccl.StreamNonBlocking); return err },
+		"InitRank": func() error {
+			_, err := l.InitRank(context.Background(), 5, id, 1, 0, nil)
+			return err
+		},
+	} {
+		err := call()
+		if !errors.Is(err, nccl.ErrInvalidArgument) || !strings.Contains(err.Error(), "this process sees 3 CUDA devices") {
+			t.Errorf("%s on a device past the 3 there are: %v", name, err)
+		}
+	}
+}

@@ -1,6 +1,8 @@
 package nccl
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"unsafe"
@@ -124,11 +126,27 @@ func (cu *CUDA) OnDevice(dev int, fn func() error) error {
 	}
 	if int(prev) != dev {
 		if err := cu.call(cuSetDevice, uintptr(dev)); err != nil {
-			return err
+			return cu.noSuchDevice(dev, err)
 		}
 		defer cu.call(cuSetDevice, uintptr(prev))
 	}
 	return fn()
+}
+
+// noSuchDevice turns CUDA's refusal of a device number it does not have
+// (cudaErrorInvalidDevice) into an error matching ErrInvalidArgument that
+// says how many devices this process sees; other errors pass unchanged.
+func (cu *CUDA) noSuchDevice(dev int, err error) error {
+	var ce *CUDAError
+	if !errors.As(err, &ce) || ce.Code != abi.CudaErrorInvalidDevice {
+		return err
+	}
+	n, cerr := cu.DeviceCount()
+	if cerr != nil {
+		return err
+	}
+	return &Error{Op: "cudaSetDevice", Code: abi.InvalidArgument,
+		Msg: fmt.Sprintf("device %d: this process sees %d CUDA devices (CUDA_VISIBLE_DEVICES decides which); cudaErrorInvalidDevice", dev, n)}
 }
 
 // DeviceSynchronize waits for all work on device dev.
