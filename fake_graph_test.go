@@ -24,7 +24,7 @@ import (
 )
 
 // The fake NCCL's operations are captured into CUDA graphs and replayed as a
-// real NCCL's are (nccltest/csrc/fakenccl.c, "CUDA graphs"): a capture records them
+// real NCCL's are (nccltest/csrc/fakenccl/remote_ops.c, "CUDA graphs"): a capture records them
 // without running them, each launch runs them afresh on the data as it is
 // then, a launch is collective (one rank's launch completes only once its
 // peers launch theirs), and from NCCL 2.26 on ncclCommDestroy and

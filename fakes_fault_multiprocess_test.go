@@ -18,7 +18,7 @@ import (
 )
 
 // Fault tolerance and one-sided RMA across processes, on the v230 fake
-// (nccltest/csrc/fakenccl.c): a rank of a communicator spread over processes whose
+// (nccltest/csrc/fakenccl/fault.c): a rank of a communicator spread over processes whose
 // peer is killed with SIGKILL mid-all-reduce revokes it (Wait under
 // RevokeOnDeadline), shrinks the dead rank away, and grows back with a new
 // process joining through a grow id passed in a file; survivors in different

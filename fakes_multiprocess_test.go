@@ -23,7 +23,7 @@ import (
 	"github.com/gonccl/nccl/internal/fakes"
 )
 
-// The fakes behave as NCCL does where ranks meet (nccltest/csrc/fakenccl.c): ranks
+// The fakes behave as NCCL does where ranks meet (nccltest/csrc/fakenccl/, the hub in hub.c): ranks
 // of different processes meet over loopback TCP (NCCL_COMM_ID, or an id from
 // GetUniqueID handed over as text) and their collectives move real bytes;
 // mismatched collectives fail loudly; a communicator's first operation waits

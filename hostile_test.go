@@ -338,14 +338,11 @@ func fakeNCCLWithVersion(t *testing.T, code int) string {
 		}
 	}
 	cudart := FakeCUDART(t)
-	src, err := fs.ReadFile(nccltest.Sources(), "fakenccl.c")
-	if err != nil {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, nccltest.Sources()); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "fakenccl.c")
-	if err := os.WriteFile(path, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := filepath.Join(dir, "fakenccl.c")
 	return buildLib(t, "-pthread", fmt.Sprintf("-DFAKENCCL_VERSION_CODE=%d", code), path,
 		"-L"+cudart, "-l:libcudart.so.12", "-Wl,-rpath,"+cudart, "-lm")
 }

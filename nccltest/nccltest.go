@@ -8,7 +8,8 @@
 //		...
 //	}
 //
-// The fakes are C libraries (csrc/, embedded here) with NCCL's and the CUDA
+// The fakes are C libraries (csrc/, embedded here; the fake NCCL's parts in
+// csrc/fakenccl/) with NCCL's and the CUDA
 // runtime's ABI: fake GPUs whose memory is host memory, ranks that meet across
 // goroutines and processes (over loopback TCP, at NCCL_COMM_ID as NCCL does),
 // every collective computed for real, and NCCL's failure behaviour (a failed
@@ -47,10 +48,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-//go:embed csrc/*.c
+//go:embed csrc
 var csrc embed.FS
 
-// Sources returns the C sources of the fakes: fakenccl.c and fakecudart.c.
+// Sources returns the C sources of the fakes: fakenccl.c (which includes the
+// parts in fakenccl/) and fakecudart.c.
 func Sources() fs.FS {
 	sub, _ := fs.Sub(csrc, "csrc")
 	return sub
@@ -229,7 +231,13 @@ func complete(dir string) bool {
 // the flags, and the compiler (its path, target and version).
 func cacheKey(cc string) (string, error) {
 	h := sha256.New()
-	names, _ := fs.Glob(csrc, "csrc/*")
+	var names []string
+	fs.WalkDir(csrc, "csrc", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			names = append(names, p)
+		}
+		return err
+	})
 	sort.Strings(names)
 	for _, n := range names {
 		b, _ := csrc.ReadFile(n)
@@ -305,14 +313,8 @@ func buildInto(dir, home, cc string) error {
 		return err
 	}
 	defer os.RemoveAll(src)
-	for _, n := range []string{"fakenccl.c", "fakecudart.c"} {
-		b, err := csrc.ReadFile("csrc/" + n)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(src, n), b, 0o644); err != nil {
-			return err
-		}
+	if err := os.CopyFS(src, Sources()); err != nil {
+		return err
 	}
 	d := Dir(dir)
 	if err := os.MkdirAll(d.CUDART(), 0o755); err != nil {
