@@ -1114,6 +1114,18 @@ func TestLibraryClose(t *testing.T) {
 			if err := l.Group(func() error { return nil }); !errors.Is(err, nccl.ErrClosed) {
 				t.Errorf("Group after Close: %v", err)
 			}
+			// The CUDA runtime is not NCCL's: as Close's doc says, it stays usable.
+			b, err := l.CUDA().Alloc(0, nccl.Float32, 16)
+			if err != nil {
+				t.Errorf("CUDA Alloc after Library.Close: %v", err)
+			} else if err := b.Free(); err != nil {
+				t.Error(err)
+			}
+			if s, err := l.CUDA().NewStream(0, nccl.StreamNonBlocking); err != nil {
+				t.Errorf("NewStream after Library.Close: %v", err)
+			} else if err := s.Destroy(); err != nil {
+				t.Error(err)
+			}
 		})
 	}
 }
