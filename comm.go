@@ -461,7 +461,13 @@ func (c *Comm) AsyncError() error {
 		return err
 	}
 	if r != abi.Success {
-		return &Error{Op: "ncclCommGetAsyncError", Code: r, Msg: c.lib.ErrorString(r)}
+		// NCCL's last error text says what went wrong (a mismatch names both
+		// calls); its code's string only says which kind. Wait says the same.
+		msg := c.lib.LastError()
+		if msg == "" {
+			msg = c.lib.ErrorString(r)
+		}
+		return &Error{Op: "ncclCommGetAsyncError", Code: r, Msg: msg}
 	}
 	return nil
 }

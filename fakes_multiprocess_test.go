@@ -342,8 +342,11 @@ func mismatchRank(l *nccl.Library, rk rank, call func(b nccl.Buffer) error) erro
 	if !errors.Is(err, nccl.ErrInvalidUsage) {
 		return fmt.Errorf("the collective: %v, want ncclInvalidUsage", err)
 	}
-	if err := rk.comm.AsyncError(); !errors.Is(err, nccl.ErrInvalidUsage) {
-		return fmt.Errorf("AsyncError = %v, want ncclInvalidUsage", err)
+	if err := rk.comm.AsyncError(); !errors.Is(err, nccl.ErrInvalidUsage) || !strings.Contains(err.Error(), "mismatch") {
+		return fmt.Errorf("AsyncError = %v, want ncclInvalidUsage saying what differed", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "mismatch") {
+		return fmt.Errorf("the collective's error %v does not say what differed", err)
 	}
 	if got := l.LastError(); !strings.Contains(got, "mismatch") {
 		return fmt.Errorf("last error %q", got)
