@@ -362,7 +362,7 @@ func TestDeviceBeyondCount(t *testing.T) {
 		},
 	} {
 		err := call()
-		if !errors.Is(err, nccl.ErrInvalidArgument) || !strings.Contains(err.Error(), "this process sees 3 CUDA devices") {
+		if !errors.Is(err, nccl.ErrInvalidArgument) || !errors.Is(err, nccl.ErrCUDA) || !strings.Contains(err.Error(), "this process sees 3 CUDA devices") {
 			t.Errorf("%s on a device past the 3 there are: %v", name, err)
 		}
 	}

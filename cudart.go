@@ -134,8 +134,9 @@ func (cu *CUDA) OnDevice(dev int, fn func() error) error {
 }
 
 // noSuchDevice turns CUDA's refusal of a device number it does not have
-// (cudaErrorInvalidDevice) into an error matching ErrInvalidArgument that
-// says how many devices this process sees; other errors pass unchanged.
+// (cudaErrorInvalidDevice) into an error that also matches
+// ErrInvalidArgument and says how many devices this process sees; other
+// errors pass unchanged.
 func (cu *CUDA) noSuchDevice(dev int, err error) error {
 	var ce *CUDAError
 	if !errors.As(err, &ce) || ce.Code != abi.CudaErrorInvalidDevice {
@@ -145,8 +146,9 @@ func (cu *CUDA) noSuchDevice(dev int, err error) error {
 	if cerr != nil {
 		return err
 	}
-	return &Error{Op: "cudaSetDevice", Code: abi.InvalidArgument,
-		Msg: fmt.Sprintf("device %d: this process sees %d CUDA devices (CUDA_VISIBLE_DEVICES decides which); cudaErrorInvalidDevice", dev, n)}
+	// Both: ErrInvalidArgument, and CUDA's own error (ErrCUDA).
+	return fmt.Errorf("%w (%w)", &Error{Op: "cudaSetDevice", Code: abi.InvalidArgument,
+		Msg: fmt.Sprintf("device %d: this process sees %d CUDA devices (CUDA_VISIBLE_DEVICES decides which)", dev, n)}, ce)
 }
 
 // DeviceSynchronize waits for all work on device dev.

@@ -286,7 +286,7 @@ func compiler(cc string) (string, error) {
 // linkForm names how buildInto links the variants; it is part of the cache
 // key, so a change to the linking (not to the sources or flags) is a new key.
 // Change it with the linking.
-const linkForm = "soname libnccl.so.2; -Bsymbolic; rpath $ORIGIN/../cudart:HOME/cudart"
+const linkForm = "soname libnccl.so.2; -Bsymbolic; rpath $ORIGIN/../cudart:HOME/cudart; cudart -Bsymbolic"
 
 var commonFlags = []string{"-shared", "-fPIC", "-O2", "-pthread", "-Wall", "-Wno-unused-parameter"}
 
@@ -327,7 +327,10 @@ func buildInto(dir, home, cc string) error {
 		}
 		return nil
 	}
-	if err := run(append(commonFlags, "-Wl,-soname,libcudart.so.12", "-o", filepath.Join(d.CUDART(), "libcudart.so.12"),
+	// -Bsymbolic: the fake cudart's calls to its own exported functions
+	// (fakecuda_ptr_device, ...) stay inside it even when another copy of it
+	// was loaded first into the process (the loader's tests load copies).
+	if err := run(append(commonFlags, "-Wl,-soname,libcudart.so.12", "-Wl,-Bsymbolic", "-o", filepath.Join(d.CUDART(), "libcudart.so.12"),
 		filepath.Join(src, "fakecudart.c"))...); err != nil {
 		return err
 	}
