@@ -367,3 +367,39 @@ func TestDeviceBeyondCount(t *testing.T) {
 		}
 	}
 }
+
+// TestInitAllDevices: InitAll refuses what ncclCommInitAll refuses, on both
+// its paths (blocking: ncclCommInitAll; non-blocking: grouped inits): a device
+// past the count (ErrInvalidArgument) and a device twice (ErrInvalidUsage),
+// unless NCCL_MULTI_RANK_GPU_ENABLE=1 on NCCL 2.30 lets ranks share a GPU.
+// Before, the blocking path handed back a communicator on device 4 of 4.
+func TestInitAllDevices(t *testing.T) {
+	t.Setenv("FAKECUDA_DEVICES", "4")
+	t.Setenv("NCCL_MULTI_RANK_GPU_ENABLE", "")
+	for _, variant := range []string{"default", "v230"} {
+		l := open(t, variant)
+		for _, ctx := range []context.Context{context.Background(), nonBlockingCtx(t)} {
+			mode := map[bool]string{true: "blocking", false: "non-blocking"}[ctx.Done() == nil]
+			if _, err := l.InitAll(ctx, []int{0, 4}, nil); !errors.Is(err, nccl.ErrInvalidArgument) || !strings.Contains(err.Error(), "sees 4 CUDA devices") {
+				t.Errorf("%s, %s: InitAll on devices 0 and 4 of 4: %v", variant, mode, err)
+			}
+			if _, err := l.InitAll(ctx, []int{1, 1}, nil); !errors.Is(err, nccl.ErrInvalidUsage) || !strings.Contains(err.Error(), "listed twice") {
+				t.Errorf("%s, %s: InitAll on device 1 twice: %v", variant, mode, err)
+			}
+		}
+	}
+	t.Setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1")
+	l := open(t, "v230")
+	comms, err := l.InitAll(context.Background(), []int{1, 1}, nil)
+	if err != nil {
+		t.Fatalf("InitAll on device 1 twice with NCCL_MULTI_RANK_GPU_ENABLE=1 on 2.30: %v", err)
+	}
+	for _, c := range comms {
+		if err := c.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := open(t, "default").InitAll(context.Background(), []int{1, 1}, nil); !errors.Is(err, nccl.ErrInvalidUsage) {
+		t.Errorf("device 1 twice on 2.28, where NCCL_MULTI_RANK_GPU_ENABLE does not exist: %v", err)
+	}
+}

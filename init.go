@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -149,6 +150,32 @@ func (c *Comm) ready(ctx context.Context, op string) error {
 	return nil
 }
 
+// checkInitAllDevices refuses what ncclCommInitAll refuses, for both of
+// InitAll's paths: a device this process does not see (ErrInvalidArgument)
+// and a device listed twice (ErrInvalidUsage), unless NCCL_MULTI_RANK_GPU_ENABLE=1
+// lets ranks share a GPU (NCCL >= 2.30).
+func (l *Library) checkInitAllDevices(op string, devs []int) error {
+	n := -1
+	if l.cuda != nil {
+		if c, err := l.cuda.DeviceCount(); err == nil {
+			n = c
+		}
+	}
+	shared := os.Getenv("NCCL_MULTI_RANK_GPU_ENABLE") == "1" && l.version.AtLeast(abi.V(2, 30, 0))
+	for i, d := range devs {
+		if err := checkDevice(op, d); err != nil {
+			return err
+		}
+		if n >= 0 && d >= n {
+			return argError(op, "device %d: this process sees %d CUDA devices (CUDA_VISIBLE_DEVICES decides which)", d, n)
+		}
+		if !shared && slices.Contains(devs[:i], d) {
+			return &Error{Op: op, Code: abi.InvalidUsage, Msg: fmt.Sprintf("device %d listed twice: one rank per GPU (NCCL_MULTI_RANK_GPU_ENABLE=1 lets ranks share one from NCCL 2.30)", d)}
+		}
+	}
+	return nil
+}
+
 // InitAll creates one communicator per device of devs from this process:
 // comms[i] is rank i on devs[i]. A blocking set comes from ncclCommInitAll; a
 // non-blocking one (ctx can end, or cfg says so) from ncclGetUniqueId and one
@@ -165,10 +192,8 @@ func (l *Library) InitAll(ctx context.Context, devs []int, cfg *Config) ([]*Comm
 	if err := checkInt32(op, "number of devices", len(devs), 1); err != nil {
 		return nil, err
 	}
-	for _, d := range devs {
-		if err := checkDevice(op, d); err != nil {
-			return nil, err
-		}
+	if err := l.checkInitAllDevices(op, devs); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)

@@ -165,6 +165,7 @@ int fakecuda_stream_enqueue_graphable(void* stream, int dev, void (*run)(void*),
                                       void (*release)(void*));
 int fakecuda_current_device(void);
 int cudaMalloc(void** p, size_t n);
+int cudaGetDeviceCount(int* n);
 int cudaFree(void* p);
 
 /* The parts, in this order: each uses what the ones before it declare. */

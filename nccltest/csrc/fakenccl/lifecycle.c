@@ -317,6 +317,18 @@ API ncclResult_t ncclCommInitRankConfig(comm** out, int nranks, ncclUniqueId id,
 API ncclResult_t ncclCommInitAll(comm** comms, int ndev, const int* devlist) {
     if (!comms) return fail(ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
     if (ndev < 1 || ndev > MAXR) return fail(ncclInvalidArgument, "ncclCommInitAll: invalid ndev %d", ndev);
+    if (devlist) { /* as NCCL's: each device must exist, and appear once (unless NCCL_MULTI_RANK_GPU_ENABLE=1, 2.30) */
+        int total = 0;
+        cudaGetDeviceCount(&total);
+        const char* multi = getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+        int allow_dup = HAS_230 && multi && atoi(multi) == 1;
+        for (int i = 0; i < ndev; i++) {
+            if (devlist[i] < 0 || devlist[i] >= total)
+                return fail(ncclInvalidArgument, "Invalid device %d (totalnDev=%d)", devlist[i], total);
+            for (int j = 0; j < i && !allow_dup; j++)
+                if (devlist[j] == devlist[i]) return fail(ncclInvalidUsage, "ncclCommInitAll: device %d listed twice", devlist[i]);
+        }
+    }
     pthread_mutex_lock(&g);
     uint64_t key = new_key();
     pthread_mutex_unlock(&g);
