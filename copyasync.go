@@ -14,6 +14,11 @@ import (
 // host may change at once; from page-locked memory (MallocHostOf, HostRegister)
 // the copy happens later, in stream order: leave host unchanged until s has
 // passed it. s must be on b's device. It allocates nothing.
+//
+// On a stream that captures a graph (CUDA.Capture), host must be page-locked
+// memory that outlives the graph: the graph copies from host's address at
+// every launch, and ordinary Go memory may be freed or reused by then, so it
+// is refused with an error matching ErrCapturing.
 func CopyInAsync[T Element](b Buffer, host []T, s Stream) error {
 	const op = "cudaMemcpyAsync"
 	if err := checkAsyncCopy(op, b, TypeOf[T](), len(host), s); err != nil {
@@ -22,13 +27,18 @@ func CopyInAsync[T Element](b Buffer, host []T, s Stream) error {
 	if len(host) == 0 {
 		return nil
 	}
-	return b.mem.cu.memcpyAsync(uintptr(b.ptr), uintptr(unsafe.Pointer(&host[0])), uintptr(len(host)*b.dt.Size()), s)
+	p := unsafe.Pointer(&host[0])
+	if err := b.mem.cu.refuseGoMemoryInCapture(op, uintptr(p), s); err != nil {
+		return err
+	}
+	return b.mem.cu.memcpyAsync(uintptr(b.ptr), uintptr(p), uintptr(len(host)*b.dt.Size()), s)
 }
 
 // CopyOutAsync enqueues on s a copy of the start of b, whose type must be T's,
 // into host. Into ordinary Go memory CUDA returns once the copy is done; into
 // page-locked memory it returns at once and host holds the elements once s has
-// passed the copy (Stream.Synchronize, or an Event recorded after it).
+// passed the copy (Stream.Synchronize, or an Event recorded after it). On a
+// capturing stream host must be page-locked, as for CopyInAsync.
 func CopyOutAsync[T Element](host []T, b Buffer, s Stream) error {
 	const op = "cudaMemcpyAsync"
 	if err := checkAsyncCopy(op, b, TypeOf[T](), len(host), s); err != nil {
@@ -37,7 +47,36 @@ func CopyOutAsync[T Element](host []T, b Buffer, s Stream) error {
 	if len(host) == 0 {
 		return nil
 	}
-	return b.mem.cu.memcpyAsync(uintptr(unsafe.Pointer(&host[0])), uintptr(b.ptr), uintptr(len(host)*b.dt.Size()), s)
+	p := unsafe.Pointer(&host[0])
+	if err := b.mem.cu.refuseGoMemoryInCapture(op, uintptr(p), s); err != nil {
+		return err
+	}
+	return b.mem.cu.memcpyAsync(uintptr(p), uintptr(b.ptr), uintptr(len(host)*b.dt.Size()), s)
+}
+
+// refuseGoMemoryInCapture refuses a copy between host memory that is not
+// page-locked and a stream whose capture gonccl began: the graph would keep
+// the address of Go memory. One atomic load when no capture is open.
+func (cu *CUDA) refuseGoMemoryInCapture(op string, host uintptr, s Stream) error {
+	if cu.capt.n.Load() == 0 || s.h == 0 {
+		return nil
+	}
+	cu.capt.mu.Lock()
+	var c *capture
+	for _, o := range cu.capt.open {
+		if o.stream == s.h {
+			c = o
+		}
+	}
+	cu.capt.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	if a, err := cu.PointerAttributes(host); err == nil && a.Type != MemoryUnregistered {
+		return nil
+	}
+	return c.refuse(op, "a graph would copy from (to) this Go memory at every launch, after Go may have freed or reused it: "+
+		"use page-locked memory (MallocHostOf, HostRegister) that outlives the graph")
 }
 
 // CopyAsync enqueues on s a copy of src into the start of dst: the same

@@ -223,3 +223,67 @@ func TestCaptureWaitingGraphDestroyed(t *testing.T) {
 		}
 	}
 }
+
+// TestCaptureRefusesGoMemory: a typed async copy between ordinary Go memory
+// and a capturing stream is refused (ErrCapturing) before CUDA: the graph
+// would copy from that address at every launch, after the garbage collector
+// may have reused it (a new user saw a graph read a newer allocation's bytes).
+// The capture goes on; a copy from page-locked memory (MallocHostOf) is
+// captured, and each launch reads what that memory holds then.
+func TestCaptureRefusesGoMemory(t *testing.T) {
+	l := open(t, "default")
+	cu := l.CUDA()
+	s, err := cu.NewStream(0, nccl.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	b, err := cu.Alloc(0, nccl.Float32, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	pinned, err := nccl.MallocHostOf[float32](cu, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nccl.FreeHostOf(cu, pinned)
+	goMem := make([]float32, 256)
+	g, err := cu.Capture(s, func() error {
+		if err := nccl.CopyInAsync(b, goMem, s); !errors.Is(err, nccl.ErrCapturing) {
+			return fmt.Errorf("CopyInAsync from Go memory into a capture: %v, want ErrCapturing", err)
+		}
+		if err := nccl.CopyOutAsync(goMem, b, s); !errors.Is(err, nccl.ErrCapturing) {
+			return fmt.Errorf("CopyOutAsync into Go memory from a capture: %v, want ErrCapturing", err)
+		}
+		return nccl.CopyInAsync(b, pinned, s) // the capture is still good
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Destroy()
+	for launch := range 3 {
+		for i := range pinned {
+			pinned[i] = float32(launch*1000 + i)
+		}
+		if err := g.Launch(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, 256)
+		if err := nccl.CopyOut(got, b); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range got {
+			if v != float32(launch*1000+i) {
+				t.Fatalf("launch %d: element %d = %v, want the page-locked memory's %v", launch, i, v, float32(launch*1000+i))
+			}
+		}
+	}
+	// Outside a capture Go memory is fine.
+	if err := nccl.CopyInAsync(b, goMem, s); err != nil {
+		t.Fatal(err)
+	}
+}
