@@ -65,6 +65,8 @@ func TestBoundsSizes(t *testing.T) {
 	wantInvalid(t, "CopyIn of another type", nccl.CopyIn(b, make([]int32, 8)))
 	wantInvalid(t, "CopyOut past the end", nccl.CopyOut(make([]float32, 9), b))
 	wantInvalid(t, "Free of a slice", b.Slice(1, 2).Free())
+	wantInvalid(t, "Free of a slice at the start", b.Slice(0, 2).Free()) // freed the whole allocation before
+	wantInvalid(t, "Free of an empty slice at the start", b.Slice(0, 0).Free())
 	wantInvalid(t, "Free of the zero Buffer", nccl.Buffer{}.Free())
 	defer func() {
 		if recover() == nil {

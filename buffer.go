@@ -151,8 +151,8 @@ func (b Buffer) Free() error {
 		return argError(op, "the zero Buffer")
 	case m.kind == allocForeign:
 		return argError(op, "memory from Wrap belongs to whoever allocated it")
-	case b.ptr != m.base:
-		return argError(op, "a slice of an allocation (free the buffer Alloc returned)")
+	case b.ptr != m.base || b.Size() != m.size:
+		return argError(op, "a slice of an allocation (%d bytes at offset %d of %d): free the buffer Alloc returned", b.Size(), b.ptr-m.base, m.size)
 	}
 	if m.kind == allocCUDA { // cudaFree waits for the device
 		if err := m.cu.refuseDevice("cudaFree", m.dev); err != nil {

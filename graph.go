@@ -309,7 +309,7 @@ func (cu *CUDA) EndCapture(s Stream) (*Graph, error) {
 		c.release()
 		return nil, errors.Join(err, cu.instantiate(waiting))
 	}
-	g := &Graph{cu: cu, graph: graph, dev: s.dev}
+	g := &Graph{cu: cu, graph: graph, dev: s.dev, captured: s.h}
 	// The graph holds the communicators its capture held. One closed or
 	// aborted meanwhile (Close and Abort wait in NCCL for this graph) gets
 	// it destroyed at once, and the caller an error.
@@ -400,7 +400,22 @@ func (g *Graph) notInstantiated(op string) error {
 	if err != nil {
 		return err
 	}
-	return &CaptureError{Op: op, Device: g.dev, Msg: "the graph is instantiated when the goroutine that captured it ends its other captures (CUDA refuses to instantiate on a capturing thread)"}
+	// Name the capture it waits for: one its goroutine still has open.
+	e := &CaptureError{Op: op, Device: -1,
+		Msg: fmt.Sprintf("the graph captured on stream %#x is instantiated when the goroutine that captured it ends this capture too (CUDA refuses to instantiate on a capturing thread)", g.captured)}
+	g.cu.capt.mu.Lock()
+	for _, w := range g.cu.capt.waiting {
+		if w.g != g {
+			continue
+		}
+		for _, o := range g.cu.capt.open {
+			if o.tid == w.tid {
+				e.Device, e.Stream = o.dev, o.stream
+			}
+		}
+	}
+	g.cu.capt.mu.Unlock()
+	return e
 }
 
 // Capture records the work fn enqueues on s into a graph and returns it,
@@ -528,12 +543,13 @@ func (s Stream) Capturing() (CaptureStatus, error) {
 // capture (forked through an event) is captured by CUDA but not counted:
 // close such a communicator only after destroying the graph.
 type Graph struct {
-	cu      *CUDA
-	graph   uintptr
-	exec    atomic.Uintptr // 0 until instantiated (see EndCapture)
-	instErr error          // why instantiation failed; under cu.capt.mu
-	dev     int
-	comms   []*Comm // the communicators whose operations it holds
+	cu       *CUDA
+	graph    uintptr
+	exec     atomic.Uintptr // 0 until instantiated (see EndCapture)
+	instErr  error          // why instantiation failed; under cu.capt.mu
+	dev      int
+	captured uintptr // the stream it was captured on
+	comms    []*Comm // the communicators whose operations it holds
 
 	// life: graphDestroyed once Destroy was asked for, plus the number of
 	// Launch calls inside CUDA; whoever leaves it at exactly graphDestroyed
