@@ -105,8 +105,18 @@ func captureSeveralGPUs(t *testing.T, l *nccl.Library, nranks int, nested bool) 
 				break
 			}
 			// Captures are still open on this goroutine: not instantiated yet.
-			if err := g.Launch(rk.s); !errors.Is(err, nccl.ErrCapturing) {
+			err = g.Launch(rk.s)
+			if !errors.Is(err, nccl.ErrCapturing) {
 				t.Fatalf("Launch of GPU %d's graph before the last EndCapture: %v, want ErrCapturing", r, err)
+			}
+			// The refusal names a capture still open, which the graph waits for.
+			var ce *nccl.CaptureError
+			open := false
+			for _, later := range rks[r+1:] {
+				open = open || errors.As(err, &ce) && ce.Stream == later.s.Handle() && ce.Device == later.c.Device()
+			}
+			if !open {
+				t.Fatalf("Launch of GPU %d's waiting graph: %v does not name a capture still open", r, err)
 			}
 		}
 	}
