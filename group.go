@@ -47,7 +47,10 @@ import (
 // own way. NCCL joins such communicators at the group's end: use them after
 // Group returns. A non-blocking one is waited for there, with the context
 // its init was given; if it fails or that context ends, it is aborted and
-// Group returns the error. Other calls that are not stream operations (Split, registration)
+// Group returns the error. When fn fails after making communicators, the
+// non-blocking ones come out aborted (NCCL leaves them in error), while
+// blocking ones may come out usable (the fakes' behaviour; not yet checked
+// on a GPU): Close or Abort every communicator fn made, whatever Group returns. Other calls that are not stream operations (Split, registration)
 // are not grouped: make them outside a Group.
 //
 // All communicators of a group must share a blocking mode (NCCL refuses a
