@@ -32,7 +32,8 @@ type allocation struct {
 	comm  *Comm    // the communicator of a symmetric window
 	dev   int
 	base  DevicePtr
-	size  int
+	size  int // bytes allocated (ncclMemAlloc rounds up)
+	n     int // elements of the Buffer made with it: Free takes that Buffer only
 	kind  allocKind
 	win   uintptr
 	freed atomic.Bool
@@ -107,7 +108,7 @@ func (cu *CUDA) Alloc(dev int, dt DataType, n int) (Buffer, error) {
 	if err != nil {
 		return Buffer{}, err
 	}
-	return Buffer{ptr: DevicePtr(p), n: n, dt: dt, mem: &allocation{cu: cu, dev: dev, base: DevicePtr(p), size: size, kind: allocCUDA}}, nil
+	return Buffer{ptr: DevicePtr(p), n: n, dt: dt, mem: &allocation{n: n, cu: cu, dev: dev, base: DevicePtr(p), size: size, kind: allocCUDA}}, nil
 }
 
 // Wrap describes memory allocated elsewhere: n elements of dt at ptr on device
@@ -127,7 +128,7 @@ func (cu *CUDA) Wrap(dev int, ptr DevicePtr, dt DataType, n int) (Buffer, error)
 	if uint64(ptr)+uint64(size) < uint64(ptr) {
 		return Buffer{}, argError(op, "%d bytes at %#x wrap around the address space", size, ptr)
 	}
-	return Buffer{ptr: ptr, n: n, dt: dt, mem: &allocation{cu: cu, dev: dev, base: ptr, size: size, kind: allocForeign}}, nil
+	return Buffer{ptr: ptr, n: n, dt: dt, mem: &allocation{n: n, cu: cu, dev: dev, base: ptr, size: size, kind: allocForeign}}, nil
 }
 
 func bufferSize(op string, dt DataType, n int) (int, error) {
@@ -151,8 +152,8 @@ func (b Buffer) Free() error {
 		return argError(op, "the zero Buffer")
 	case m.kind == allocForeign:
 		return argError(op, "memory from Wrap belongs to whoever allocated it")
-	case b.ptr != m.base || b.Size() != m.size:
-		return argError(op, "a slice of an allocation (%d bytes at offset %d of %d): free the buffer Alloc returned", b.Size(), b.ptr-m.base, m.size)
+	case b.ptr != m.base || b.n != m.n:
+		return argError(op, "a slice of an allocation (elements %d to %d of %d): free the buffer Alloc returned", int(b.ptr-m.base)/b.dt.Size(), int(b.ptr-m.base)/b.dt.Size()+b.n, m.n)
 	}
 	if m.kind == allocCUDA { // cudaFree waits for the device
 		if err := m.cu.refuseDevice("cudaFree", m.dev); err != nil {

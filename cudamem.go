@@ -222,7 +222,7 @@ func (cu *CUDA) MallocAsync(dt DataType, n int, s Stream) (Buffer, error) {
 	if err != nil {
 		return Buffer{}, err
 	}
-	return Buffer{ptr: DevicePtr(p), n: n, dt: dt, mem: &allocation{cu: cu, dev: s.dev, base: DevicePtr(p), size: size, kind: allocStream, stream: s.h}}, nil
+	return Buffer{ptr: DevicePtr(p), n: n, dt: dt, mem: &allocation{n: n, cu: cu, dev: s.dev, base: DevicePtr(p), size: size, kind: allocStream, stream: s.h}}, nil
 }
 
 // FreeAsync frees memory from MallocAsync in stream order on s, a stream of

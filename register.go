@@ -193,7 +193,7 @@ func (l *Library) MemAlloc(dev int, dt DataType, n int) (Buffer, error) {
 	if err != nil {
 		return Buffer{}, err
 	}
-	return Buffer{ptr: p, n: n, dt: dt, mem: &allocation{cu: l.cuda, lib: l, dev: dev, base: p, size: size, kind: allocNCCL}}, nil
+	return Buffer{ptr: p, n: n, dt: dt, mem: &allocation{n: n, cu: l.cuda, lib: l, dev: dev, base: p, size: size, kind: allocNCCL}}, nil
 }
 
 func (l *Library) memAlloc(dev, size int) (DevicePtr, error) {
@@ -245,7 +245,7 @@ func (c *Comm) AllocSymmetric(dt DataType, n int) (Buffer, error) {
 		l.memFree(c.dev, p)
 		return Buffer{}, err
 	}
-	return Buffer{ptr: p, n: n, dt: dt, mem: &allocation{cu: l.cuda, lib: l, comm: c, dev: c.dev, base: p, size: size, kind: allocSymmetric, win: w.h}}, nil
+	return Buffer{ptr: p, n: n, dt: dt, mem: &allocation{n: n, cu: l.cuda, lib: l, comm: c, dev: c.dev, base: p, size: size, kind: allocSymmetric, win: w.h}}, nil
 }
 
 // PreMulSum creates on c the reduction "sum of scalar × x" for T's data type
