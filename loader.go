@@ -121,124 +121,155 @@ var cudartSpec = libSpec{
 // loader, then the late homes. The option and the override never fall through:
 // if they are given and do not load, that is the answer.
 func search(spec libSpec, explicit string, getenv func(string) string) (LibraryFile, error) {
-	var trace []Attempt
-	fail := func(err error) (LibraryFile, error) {
-		return LibraryFile{}, &LoadError{Library: spec.name, Trace: trace, Err: err, Hint: spec.hint}
-	}
-	// take records a candidate that dlopen answered (h, err) and says whether
-	// it is the one: opened, and accepted by the spec.
-	take := func(via, p string, h uintptr, err error) (LibraryFile, bool) {
-		if err == nil && spec.accept != nil {
-			if err = spec.accept(h, mappedPathOr(h, p)); err != nil {
-				dl.Close(h)
-			}
-		}
-		trace = append(trace, Attempt{Via: via, Path: p, Err: err})
-		if err != nil {
-			return LibraryFile{}, false
-		}
-		return finish(spec, via, p, h, trace), true
-	}
-	// tryAll tries the candidates of one source; it returns the first that loads.
-	tryAll := func(via string, paths []string) (LibraryFile, bool) {
-		for _, p := range paths {
-			h, err := openFile(p)
-			if f, ok := take(via, p, h, err); ok {
-				return f, true
-			}
-		}
-		return LibraryFile{}, false
-	}
-
+	s := &searcher{spec: spec, getenv: getenv}
+	// 1. The option, else the override variable: set, it is the answer,
+	// found or not.
 	via, val := ViaOption, explicit
 	if val == "" {
 		via, val = spec.override, getenv(spec.override)
 	}
 	if val != "" {
-		// A file the process has mapped already (the warm case: a second Open)
-		// needs no look at the disk.
-		if h := loaded(val); h != 0 {
-			if f, ok := take(via, val, h, nil); ok {
-				return f, nil
-			}
-			return fail(envError(via, val, trace[len(trace)-1].Err))
-		}
-		paths, err := candidates(spec, val)
-		if err != nil {
-			trace = append(trace, Attempt{Via: via, Path: val, Err: err})
-			return fail(envError(via, val, err))
-		}
-		if f, ok := tryAll(via, paths); ok {
+		return s.explicit(via, val)
+	}
+	// 2. The conventional homes; 3. the dynamic loader (mapped already, then
+	// its own search); 4. the homes looked at after it.
+	for _, step := range []func() (LibraryFile, bool, error){
+		func() (LibraryFile, bool, error) { return s.homes(spec.dirs) },
+		s.loader,
+		func() (LibraryFile, bool, error) { return s.homes(spec.after) },
+	} {
+		if f, ok, err := step(); err != nil {
+			return s.fail(err)
+		} else if ok {
 			return f, nil
 		}
-		return fail(envError(via, val, trace[len(trace)-1].Err))
 	}
+	return s.fail(fmt.Errorf("no %s in any place searched: %w", strings.Join(spec.sonames, " or "), ErrNotFound))
+}
 
-	homes := func(list []homeDir) (LibraryFile, bool, error) {
-		for _, h := range list {
-			val := getenv(h.env)
-			if val == "" {
-				continue
-			}
-			paths, err := homePaths(spec, h, val)
-			if len(paths) == 0 {
-				if err == nil {
-					err = fmt.Errorf("no %s there: %w", strings.Join(spec.sonames, ", "), ErrNotFound)
-				}
-				trace = append(trace, Attempt{Via: h.env, Path: val, Err: err})
-				if h.strict {
-					return LibraryFile{}, false, envError(h.env, val, err)
-				}
-				continue
-			}
-			n := len(trace)
-			if f, ok := tryAll(h.env, paths); ok {
-				return f, true, nil
-			}
-			if h.strict {
-				return LibraryFile{}, false, envError(h.env, val, trace[n].Err)
-			}
+// searcher is one search: the spec, the environment, and the trace of every
+// candidate tried.
+type searcher struct {
+	spec   libSpec
+	getenv func(string) string
+	trace  []Attempt
+}
+
+func (s *searcher) fail(err error) (LibraryFile, error) {
+	return LibraryFile{}, &LoadError{Library: s.spec.name, Trace: s.trace, Err: err, Hint: s.spec.hint}
+}
+
+// lastErr is the error of the last candidate tried.
+func (s *searcher) lastErr() error { return s.trace[len(s.trace)-1].Err }
+
+// take records a candidate that dlopen answered (h, err) and says whether it
+// is the one: opened, and accepted by the spec.
+func (s *searcher) take(via, p string, h uintptr, err error) (LibraryFile, bool) {
+	if err == nil && s.spec.accept != nil {
+		if err = s.spec.accept(h, mappedPathOr(h, p)); err != nil {
+			dl.Close(h)
 		}
-		return LibraryFile{}, false, nil
 	}
-	if f, ok, err := homes(spec.dirs); err != nil {
-		return fail(err)
-	} else if ok {
+	s.trace = append(s.trace, Attempt{Via: via, Path: p, Err: err})
+	if err != nil {
+		return LibraryFile{}, false
+	}
+	return finish(s.spec, via, p, h, s.trace), true
+}
+
+// tryAll tries the candidates of one source; it returns the first that loads.
+func (s *searcher) tryAll(via string, paths []string) (LibraryFile, bool) {
+	for _, p := range paths {
+		h, err := openFile(p)
+		if f, ok := s.take(via, p, h, err); ok {
+			return f, true
+		}
+	}
+	return LibraryFile{}, false
+}
+
+// explicit loads what an option or the override variable names, a file or a
+// folder; failing, the search ends with that failure.
+func (s *searcher) explicit(via, val string) (LibraryFile, error) {
+	// A file the process has mapped already (the warm case: a second Open)
+	// needs no look at the disk.
+	if h := loaded(val); h != 0 {
+		if f, ok := s.take(via, val, h, nil); ok {
+			return f, nil
+		}
+		return s.fail(envError(via, val, s.lastErr()))
+	}
+	paths, err := candidates(s.spec, val)
+	if err != nil {
+		s.trace = append(s.trace, Attempt{Via: via, Path: val, Err: err})
+		return s.fail(envError(via, val, err))
+	}
+	if f, ok := s.tryAll(via, paths); ok {
 		return f, nil
 	}
+	return s.fail(envError(via, val, s.lastErr()))
+}
 
-	// Asked for a bare soname, even with RTLD_NOLOAD, the dynamic loader opens
-	// the files of that name in LD_LIBRARY_PATH's folders unchecked.
+// homes tries the homes of list whose variable is set, in order. A strict
+// home that is set but yields nothing ends the search with an error.
+func (s *searcher) homes(list []homeDir) (LibraryFile, bool, error) {
+	for _, h := range list {
+		val := s.getenv(h.env)
+		if val == "" {
+			continue
+		}
+		paths, err := homePaths(s.spec, h, val)
+		if len(paths) == 0 {
+			if err == nil {
+				err = fmt.Errorf("no %s there: %w", strings.Join(s.spec.sonames, ", "), ErrNotFound)
+			}
+			s.trace = append(s.trace, Attempt{Via: h.env, Path: val, Err: err})
+			if h.strict {
+				return LibraryFile{}, false, envError(h.env, val, err)
+			}
+			continue
+		}
+		n := len(s.trace)
+		if f, ok := s.tryAll(h.env, paths); ok {
+			return f, true, nil
+		}
+		if h.strict {
+			return LibraryFile{}, false, envError(h.env, val, s.trace[n].Err)
+		}
+	}
+	return LibraryFile{}, false, nil
+}
+
+// loader asks the dynamic loader for each soname: first among the libraries
+// already mapped (RTLD_NOLOAD), then by its own search. Asked for a bare
+// soname, even with RTLD_NOLOAD, it opens the files of that name in
+// LD_LIBRARY_PATH's folders unchecked: a soname whose file there fails the
+// checks is not asked for.
+func (s *searcher) loader() (LibraryFile, bool, error) {
 	hazard := map[string]error{}
-	for _, so := range spec.sonames {
-		hazard[so] = loaderPathHazard(so, getenv("LD_LIBRARY_PATH"))
+	for _, so := range s.spec.sonames {
+		hazard[so] = loaderPathHazard(so, s.getenv("LD_LIBRARY_PATH"))
 	}
 	for _, via := range []string{ViaAlreadyLoaded, ViaSystemLoader} {
 		mode := dl.Now | dl.Global
 		if via == ViaAlreadyLoaded {
 			mode |= dl.NoLoad
 		}
-		for _, so := range spec.sonames {
+		for _, so := range s.spec.sonames {
 			if err := hazard[so]; err != nil {
-				trace = append(trace, Attempt{Via: via, Path: so, Err: fmt.Errorf("not asked: LD_LIBRARY_PATH holds %w", err)})
+				s.trace = append(s.trace, Attempt{Via: via, Path: so, Err: fmt.Errorf("not asked: LD_LIBRARY_PATH holds %w", err)})
 				continue
 			}
 			h, err := dlopen(so, mode)
 			if err != nil && via == ViaAlreadyLoaded {
 				err = errors.New("not loaded")
 			}
-			if f, ok := take(via, so, h, err); ok {
-				return f, nil
+			if f, ok := s.take(via, so, h, err); ok {
+				return f, true, nil
 			}
 		}
 	}
-
-	if f, ok, err := homes(spec.after); err != nil {
-		return fail(err)
-	} else if ok {
-		return f, nil
-	}
-	return fail(fmt.Errorf("no %s in any place searched: %w", strings.Join(spec.sonames, " or "), ErrNotFound))
+	return LibraryFile{}, false, nil
 }
 
 // envError says which variable (or option) held val, quoted and bounded.
