@@ -1,0 +1,103 @@
+package nccl
+
+import (
+	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/ccall"
+)
+
+// The one path every stream operation takes into NCCL (Comm.stream): the
+// group record, admission against Close and Abort, the call, and the wait for
+// a non-blocking launch.
+
+// stream runs a stream operation whose last two C arguments are the
+// communicator and the stream: args holds a placeholder for the communicator,
+// filled in once the call is admitted. Inside a Group on this goroutine it
+// records the operation instead (see Group). No allocation.
+//
+// This is the hot path of every operation, written out by hand (enter, call,
+// exit and settled, with their rare branches out of line): a load to see
+// that no Group is open, one atomic add to be admitted, a load of the
+// clique's gate, one add to leave, a load for the capture check, and the C
+// call.
+func (c *Comm) stream(sym int, args ...uintptr) error {
+	l := c.lib
+	if l.groupsOpen.Load() != 0 {
+		if g := l.recording(); g != nil {
+			return g.record(c, sym, args)
+		}
+	}
+	// enter: counted while open, so that Abort leaves the freeing to the
+	// last call out.
+	if stateOf(c.life.Add(1)) != stOpen || c.q.gate.Load() != 0 {
+		if err := c.reenter(ncclSymbols[sym].name); err != nil {
+			return err
+		}
+	}
+	if !c.blocking && !c.launching.CompareAndSwap(false, true) {
+		c.exit()
+		return busyError(ncclSymbols[sym].name)
+	}
+	n := len(args)
+	args[n-2] = c.h
+	if cu := l.cuda; cu != nil && cu.capt.n.Load() != 0 {
+		cu.noteComm(c, args[n-1])
+	}
+	var err error
+	if fn := l.fn[sym]; fn == 0 {
+		err = l.unsupported(sym)
+	} else if r := int32(ccall.Call(fn, args...)); r != int32(abi.Success) {
+		err = l.result(sym, r)
+	}
+	if err == nil && c.blocking {
+		c.exit()
+		return nil
+	}
+	// A non-blocking launch runs on in NCCL: the call stays counted until
+	// it is done, so that an Abort waits for it.
+	err = c.settledHeld(ncclSymbols[sym].name, err)
+	if !c.blocking {
+		c.launching.Store(false)
+	}
+	c.exit()
+	if err != nil && !c.blocking && isClosed(err) {
+		c.afterCutShort()
+	}
+	return err
+}
+
+// afterCutShort follows a non-blocking launch whose wait an Abort (or Close)
+// cut short: NCCL's launch thread may still be enqueuing the operation on
+// the caller's stream, and stops only once ncclCommAbort has run. The call
+// returns after that (the communicator is freed: Done), so that nothing more
+// reaches the stream: a Synchronize of it then covers all the work, and the
+// buffers may be freed. The caller's count is already given back, so the
+// abort can go ahead.
+//
+//go:noinline
+func (c *Comm) afterCutShort() {
+	<-c.done
+}
+
+// busyError is a call on a non-blocking communicator while another
+// goroutine's launch on it runs. NCCL refuses such a call inside
+// (ncclCommEnsureReady: "Attempt to use communicator before the previous
+// operation returned ncclSuccess") and makes the refusal the communicator's
+// error for good (enqueue.cc, ncclEnqueueCheck's fail path), so gonccl refuses
+// it first.
+//
+//go:noinline
+func busyError(op string) error {
+	return &Error{Op: op, Code: abi.InvalidUsage, Msg: "another goroutine's operation on this non-blocking communicator is still launching: " +
+		"NCCL takes one call at a time on it and would have left it in error (issue a communicator's operations from one goroutine)"}
+}
+
+// reenter is the slow path of stream's enter: it undoes the count and
+// enters again, waiting while the clique's gate is closed, or returns the
+// error of a closed communicator.
+//
+//go:noinline
+func (c *Comm) reenter(op string) error {
+	c.exit()
+	_, err := c.enter(op, false)
+	return err
+}
