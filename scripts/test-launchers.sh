@@ -31,8 +31,12 @@ fi
 work=$(mktemp -d)
 slurm_pids=()
 cleanup() {
+  local rc=$?
   for p in "${slurm_pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$work"
+  for p in "${slurm_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  # slurmd's step daemons may still be writing to the spool as they go.
+  rm -rf "$work" 2>/dev/null || { sleep 1; rm -rf "$work" 2>/dev/null || true; }
+  exit $rc
 }
 trap cleanup EXIT
 
