@@ -253,6 +253,9 @@ func (b Buffer) MemsetAsync(v byte, s Stream) error {
 	if err != nil {
 		return err
 	}
+	if !s.alive() {
+		return destroyedStream(op)
+	}
 	if s.h == 0 && s.cu != nil { // the legacy stream of s's device, not the thread's current one
 		return cu.OnDevice(s.dev, func() error { return cu.call(cuMemsetAsync, uintptr(b.ptr), uintptr(v), uintptr(b.Size()), 0) })
 	}

@@ -123,6 +123,9 @@ func checkAsyncCopy(op string, b Buffer, dt DataType, n int, s Stream) error {
 	if s.cu == nil {
 		return argError(op, "the zero Stream (make one with CUDA.NewStream, or use CUDA.DefaultStream)")
 	}
+	if !s.alive() {
+		return destroyedStream(op)
+	}
 	if s.dev != b.mem.dev {
 		return argError(op, "stream on device %d, buffer on device %d", s.dev, b.mem.dev)
 	}

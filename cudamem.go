@@ -209,6 +209,9 @@ func (cu *CUDA) MallocAsync(dt DataType, n int, s Stream) (Buffer, error) {
 	if s.cu == nil {
 		return Buffer{}, argError(op, "the zero Stream (use CUDA.DefaultStream or NewStream)")
 	}
+	if !s.alive() {
+		return Buffer{}, destroyedStream(op)
+	}
 	if err := cu.refuseStream(op, s.h, s.dev); err != nil {
 		return Buffer{}, err
 	}
@@ -238,6 +241,8 @@ func (b Buffer) FreeAsync(s Stream) error {
 		return argError(op, "memory not from MallocAsync (use Free)")
 	case b.ptr != m.base:
 		return argError(op, "a slice of an allocation (free the buffer MallocAsync returned)")
+	case !s.alive():
+		return destroyedStream(op)
 	case s.cu == nil:
 		return argError(op, "the zero Stream")
 	case s.dev != m.dev:

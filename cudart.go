@@ -222,6 +222,9 @@ func (cu *CUDA) MemcpyAsync(dst, src uintptr, n int, s Stream) error {
 	if n < 0 {
 		return argError("cudaMemcpyAsync", "negative size %d", n)
 	}
+	if !s.alive() {
+		return destroyedStream("cudaMemcpyAsync")
+	}
 	return cu.call(cuMemcpyAsync, dst, src, uintptr(n), uintptr(abi.MemcpyDefault), s.h)
 }
 

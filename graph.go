@@ -113,6 +113,9 @@ func (cu *CUDA) BeginCapture(s Stream) error {
 	if s.h == 0 {
 		return argError(op, "the legacy default stream cannot be captured (use a stream from NewStream)")
 	}
+	if !s.alive() {
+		return destroyedStream(op)
+	}
 	runtime.LockOSThread()
 	if err := cu.call(cuStreamBeginCapture, s.h, captureModeThreadLocal); err != nil {
 		runtime.UnlockOSThread()
@@ -444,6 +447,9 @@ func (g *Graph) Launch(s Stream) (err error) {
 	defer g.leave()
 	if s.cu != nil && s.dev != g.dev {
 		return argError(op, "graph of device %d, stream on device %d", g.dev, s.dev)
+	}
+	if !s.alive() {
+		return destroyedStream(op)
 	}
 	exec := g.exec.Load()
 	if exec == 0 {

@@ -28,7 +28,7 @@ func (c *Comm) checkPair(op string, send, recv Buffer, want int, s Stream) error
 // every valid call takes, in parts small enough to inline.
 func (c *Comm) shapeFine(send, recv Buffer, want int, s Stream) bool {
 	return send.n == want && recv.n == want && send.dt == recv.dt && uint32(recv.dt) < uint32(len(c.lib.types)) &&
-		c.lib.types[recv.dt] && (s.cu == nil || s.dev == c.dev)
+		c.lib.types[recv.dt] && (s.cu == nil || s.dev == c.dev && s.alive())
 }
 
 // memFine: b is a live allocation on the communicator's device.
@@ -39,9 +39,9 @@ func (c *Comm) memFine(b Buffer) bool {
 // fine is checkBuf's verdict without its error: the path every valid call
 // takes, small enough to inline.
 func (c *Comm) fine(b Buffer, dt DataType, want int, s Stream) bool {
-	return b.n == want && b.dt == dt && dt >= 0 && int(dt) < len(c.lib.types) && c.lib.types[dt] &&
+	return b.n == want && b.dt == dt && uint32(dt) < uint32(len(c.lib.types)) && c.lib.types[dt] &&
 		b.mem != nil && b.mem.dev == c.dev && !b.mem.freed.Load() &&
-		(s.cu == nil || s.dev == c.dev)
+		(s.cu == nil || s.dev == c.dev && s.alive())
 }
 
 // opFine is checkOp's verdict without its error, for the common case: a
@@ -79,6 +79,9 @@ func (c *Comm) checkBuf(op, name string, b Buffer, dt DataType, want int, s Stre
 	}
 	if s.cu != nil && s.dev != c.dev {
 		return argError(op, "stream is on device %d, the communicator on device %d", s.dev, c.dev)
+	}
+	if !s.alive() {
+		return destroyedStream(op)
 	}
 	return nil
 }

@@ -129,6 +129,9 @@ func (c *Comm) checkStream(name string, s Stream) error {
 	if s.cu != nil && s.dev != c.dev {
 		return argError(name, "stream is on device %d, the communicator on device %d", s.dev, c.dev)
 	}
+	if !s.alive() {
+		return destroyedStream(name)
+	}
 	return nil
 }
 

@@ -56,8 +56,18 @@ func (s Stream) runtime(op string) (*CUDA, error) {
 	if s.cu == nil {
 		return nil, argError(op, "the zero Stream has no CUDA runtime (make one with CUDA.NewStream or CUDA.DefaultStream)")
 	}
+	if !s.alive() {
+		return nil, destroyedStream(op)
+	}
 	return s.cu, nil
 }
+
+// alive reports whether s was not destroyed (through any copy of it): a
+// destroyed stream's handle must not reach CUDA, which may have given it to
+// a new stream. One atomic load.
+func (s Stream) alive() bool { return s.life == nil || !s.life.destroyed.Load() }
+
+func destroyedStream(op string) error { return &ClosedError{Op: op, What: "stream (destroyed)"} }
 
 // Destroy destroys the stream; work already on it still completes. A second
 // Destroy of the stream (through any copy of the Stream) returns an error
@@ -75,7 +85,7 @@ func (s Stream) Destroy() error {
 		return err
 	}
 	if s.life != nil && !s.life.destroyed.CompareAndSwap(false, true) {
-		return &ClosedError{Op: op, What: "stream"}
+		return destroyedStream(op)
 	}
 	err = cu.OnDevice(s.dev, func() error { return cu.call(cuStreamDestroy, s.h) })
 	if err != nil && s.life != nil {
@@ -137,6 +147,9 @@ func (s Stream) After(other Stream) error {
 	if err != nil {
 		return err
 	}
+	if !other.alive() {
+		return destroyedStream("cudaStreamWaitEvent")
+	}
 	e, err := cu.NewEvent(other.dev, EventDisableTiming)
 	if err != nil {
 		return err
@@ -194,6 +207,9 @@ func (e Event) Record(s Stream) error {
 	}
 	if s.cu != nil && s.dev != e.dev {
 		return argError("cudaEventRecord", "event on device %d, stream on device %d", e.dev, s.dev)
+	}
+	if !s.alive() {
+		return destroyedStream("cudaEventRecord")
 	}
 	if s.h == 0 { // the legacy stream of the current device: make it the event's
 		return cu.OnDevice(e.dev, func() error { return cu.call(cuEventRecord, e.h, 0) })

@@ -34,6 +34,9 @@ func (c *Comm) Wait(ctx context.Context, s Stream) error {
 		// of the communicator's operations (AllReduce refuses it too).
 		return argError(op, "stream is on device %d, the communicator on device %d", s.dev, c.dev)
 	}
+	if !s.alive() {
+		return destroyedStream(op)
+	}
 	cu := s.cu
 	if cu == nil {
 		if cu = c.lib.cuda; cu == nil {
