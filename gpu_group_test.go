@@ -56,3 +56,23 @@ func TestGPUAbortRacingGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUInitRankInsideGroup runs group_init_test.go's cases on real NCCL:
+// the ranks of every GPU made by one goroutine with InitRank inside a Group
+// (deadline, cancellable and background contexts), then an all-reduce of
+// random data checked in every element; and a Group failing after its
+// non-blocking inits, whose communicators must come out aborted.
+func TestGPUInitRankInsideGroup(t *testing.T) {
+	l, n := openReal(t)
+	if n < 2 {
+		t.Skip("needs 2 ranks: 2 GPUs, or GONCCL_GPU_RANKS=2 with NCCL_MULTI_RANK_GPU_ENABLE=1")
+	}
+	for _, k := range gpuRankCounts(n) {
+		for _, mode := range initModes {
+			t.Run(fmt.Sprintf("%d ranks/%s", k, mode), func(t *testing.T) { testInitRankInsideGroup(t, l, k, mode) })
+		}
+	}
+	for _, mode := range []string{"deadline", "background"} {
+		t.Run("failed group/"+mode, func(t *testing.T) { testInitRankInsideFailedGroup(t, l, mode) })
+	}
+}

@@ -101,9 +101,9 @@ type groupRec struct {
 	cut      []*Comm // non-blocking members whose launch an abort cut short (see launch)
 }
 
-// A pendingInit is a non-blocking communicator made inside a Group: NCCL
-// joins it only at ncclGroupEnd, so it is waited for (with its init's
-// context) once the group has ended.
+// A pendingInit is a communicator made inside a Group: NCCL joins it only at
+// ncclGroupEnd, so it is waited for (with its init's context) once the group
+// has ended, and aborted if the group failed.
 type pendingInit struct {
 	c   *Comm
 	ctx context.Context
@@ -227,11 +227,27 @@ func (l *Library) groupEnd(g *groupRec, mark int, ferr error) error {
 	for _, c := range cut {
 		c.afterCutShort()
 	}
-	// The group has ended: the non-blocking communicators made inside it
-	// finish joining now (or, where the group failed, fail and are aborted).
+	// The group has ended: the communicators made inside it finish joining
+	// now. Where the group failed they are aborted: NCCL's groupCleanup
+	// destroys the init jobs of a failed group unrun (group.cc), which
+	// leaves a blocking communicator in ncclInProgress for good, refusing
+	// every call ("Attempt to use communicator before the previous
+	// operation returned ncclSuccess"), and the caller could not tell a
+	// joined communicator from one that was not.
+	cause := ferr
+	if cause == nil {
+		cause = err
+	}
 	for _, p := range inits {
-		if ierr := p.c.ready(p.ctx, p.op); ierr != nil && err == nil {
-			err = ierr
+		if cause != nil {
+			break
+		}
+		cause = p.c.ready(p.ctx, p.op)
+		err = cause
+	}
+	if cause != nil {
+		for _, p := range inits {
+			_ = p.c.abortAfter(cause)
 		}
 	}
 	if ferr != nil {

@@ -23,102 +23,124 @@ import (
 // the discarded group are aborted.
 func TestInitRankInsideGroup(t *testing.T) {
 	for _, n := range []int{2, 4} {
-		for _, mode := range []string{"deadline", "cancel", "background"} {
+		for _, mode := range initModes {
 			t.Run(fmt.Sprintf("%dranks/%s", n, mode), func(t *testing.T) {
-				l := open(t, "default")
-				var ctx context.Context
-				switch mode {
-				case "deadline":
-					var cancel func()
-					ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
-					defer cancel()
-				case "cancel":
-					var cancel func()
-					ctx, cancel = context.WithCancel(context.Background())
-					defer cancel()
-				default:
-					ctx = context.Background()
-				}
-				id, err := l.GetUniqueID()
-				if err != nil {
-					t.Fatal(err)
-				}
-				comms := make([]*nccl.Comm, n)
-				start := time.Now()
-				err = l.Group(func() error {
-					for r := range n {
-						c, err := l.InitRank(ctx, r, id, n, r, nil)
-						if err != nil {
-							return err
-						}
-						comms[r] = c
-					}
-					return nil
-				})
-				if err != nil {
-					t.Fatalf("Group of %d InitRank: %v after %v", n, err, time.Since(start))
-				}
-				if took := time.Since(start); took > 10*time.Second {
-					t.Fatalf("Group of %d InitRank took %v", n, took)
-				}
-				for r, c := range comms {
-					if c.Blocking() != (mode == "background") || c.Rank() != r {
-						t.Fatalf("rank %d: Blocking %v, Rank %d", r, c.Blocking(), c.Rank())
-					}
-				}
-				const elems = 1000
-				want := make([]int64, elems)
-				bufs := make([]nccl.Buffer, n)
-				streams := make([]nccl.Stream, n)
-				for r := range n {
-					host := make([]int64, elems)
-					for i := range host {
-						host[i] = rand.Int64N(1 << 40)
-						want[i] += host[i]
-					}
-					bufs[r] = upload(t, l, r, host)
-					if streams[r], err = l.CUDA().NewStream(r, nccl.StreamNonBlocking); err != nil {
-						t.Fatal(err)
-					}
-					defer streams[r].Destroy()
-				}
-				if err := l.Group(func() error {
-					for r, c := range comms {
-						if err := c.AllReduce(bufs[r], bufs[r], nccl.Sum, streams[r]); err != nil {
-							return err
-						}
-					}
-					return nil
-				}); err != nil {
-					t.Fatal(err)
-				}
-				for r, c := range comms {
-					if err := c.Wait(ctx, streams[r]); err != nil {
-						t.Fatal(err)
-					}
-					got := download[int64](t, bufs[r])
-					for i := range got {
-						if got[i] != want[i] {
-							t.Fatalf("rank %d element %d = %d, want %d", r, i, got[i], want[i])
-						}
-					}
-					if err := c.Close(ctx); err != nil {
-						t.Fatal(err)
-					}
-				}
+				testInitRankInsideGroup(t, open(t, "default"), n, mode)
 			})
 		}
 	}
 }
 
+// initModes are the contexts InitRank gets inside a Group: one with a
+// deadline and one that can be cancelled (non-blocking communicators), and
+// the background context (blocking).
+var initModes = []string{"deadline", "cancel", "background"}
+
+// testInitRankInsideGroup makes n ranks on devices devOf(r) with InitRank
+// inside one Group, the context as mode says, then all-reduces random data
+// on them, every element checked.
+func testInitRankInsideGroup(t *testing.T, l *nccl.Library, n int, mode string) {
+	var ctx context.Context
+	switch mode {
+	case "deadline":
+		var cancel func()
+		ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+	case "cancel":
+		var cancel func()
+		ctx, cancel = context.WithCancel(context.Background())
+		defer cancel()
+	default:
+		ctx = context.Background()
+	}
+	id, err := l.GetUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	comms := make([]*nccl.Comm, n)
+	start := time.Now()
+	err = l.Group(func() error {
+		for r := range n {
+			c, err := l.InitRank(ctx, devOf(r), id, n, r, nil)
+			if err != nil {
+				return err
+			}
+			comms[r] = c
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Group of %d InitRank: %v after %v", n, err, time.Since(start))
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("Group of %d InitRank took %v", n, took)
+	}
+	for r, c := range comms {
+		if c.Blocking() != (mode == "background") || c.Rank() != r {
+			t.Fatalf("rank %d: Blocking %v, Rank %d", r, c.Blocking(), c.Rank())
+		}
+	}
+	const elems = 1000
+	want := make([]int64, elems)
+	bufs := make([]nccl.Buffer, n)
+	streams := make([]nccl.Stream, n)
+	for r := range n {
+		host := make([]int64, elems)
+		for i := range host {
+			host[i] = rand.Int64N(1 << 40)
+			want[i] += host[i]
+		}
+		bufs[r] = upload(t, l, devOf(r), host)
+		if streams[r], err = l.CUDA().NewStream(devOf(r), nccl.StreamNonBlocking); err != nil {
+			t.Fatal(err)
+		}
+		defer streams[r].Destroy()
+	}
+	if err := l.Group(func() error {
+		for r, c := range comms {
+			if err := c.AllReduce(bufs[r], bufs[r], nccl.Sum, streams[r]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for r, c := range comms {
+		if err := c.Wait(ctx, streams[r]); err != nil {
+			t.Fatal(err)
+		}
+		got := download[int64](t, bufs[r])
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("rank %d element %d = %d, want %d", r, i, got[i], want[i])
+			}
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestInitRankInsideFailedGroup: a Group whose function fails after its
-// non-blocking InitRank calls returns the function's error at once, and the
-// communicators of the discarded group are aborted (their calls fail with
-// ErrClosed), not left waiting.
+// InitRank calls returns the function's error at once, and the communicators
+// of the discarded group are aborted (their calls fail with ErrClosed), not
+// left waiting (non-blocking) or handed out uninitialized (blocking: NCCL's
+// groupCleanup destroys the init jobs unrun, and the fake stops the process
+// on any later call but Abort, as NCCL would run it on an empty shell).
 func TestInitRankInsideFailedGroup(t *testing.T) {
-	l := open(t, "default")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	for _, mode := range []string{"deadline", "background"} {
+		t.Run(mode, func(t *testing.T) { testInitRankInsideFailedGroup(t, open(t, "default"), mode) })
+	}
+}
+
+func testInitRankInsideFailedGroup(t *testing.T, l *nccl.Library, mode string) {
+	ctx := context.Background()
+	if mode == "deadline" {
+		var cancel func()
+		ctx, cancel = context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+	}
 	id, err := l.GetUniqueID()
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +150,7 @@ func TestInitRankInsideFailedGroup(t *testing.T) {
 	start := time.Now()
 	err = l.Group(func() error {
 		for r := range 2 {
-			c, err := l.InitRank(ctx, r, id, 2, r, nil)
+			c, err := l.InitRank(ctx, devOf(r), id, 2, r, nil)
 			if err != nil {
 				return err
 			}
@@ -148,8 +170,16 @@ func TestInitRankInsideFailedGroup(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("rank %d of the discarded group was not aborted", r)
 		}
+		if c.Blocking() != (mode == "background") {
+			t.Errorf("rank %d: Blocking %v in mode %s", r, c.Blocking(), mode)
+		}
 		if err := c.AsyncError(); !errors.Is(err, nccl.ErrClosed) {
 			t.Errorf("rank %d after the discarded group: %v, want ErrClosed", r, err)
 		}
+		buf := upload(t, l, devOf(r), make([]float32, 16))
+		if err := c.AllReduce(buf, buf, nccl.Sum, nccl.Stream{}); !errors.Is(err, nccl.ErrClosed) {
+			t.Errorf("rank %d: AllReduce after the discarded group: %v, want ErrClosed", r, err)
+		}
+		buf.Free()
 	}
 }

@@ -126,9 +126,10 @@ func (l *Library) initComm(ctx context.Context, op string, dev, nranks, rank int
 	if err != nil {
 		return nil, err
 	}
-	if g := l.recording(); g != nil && !c.blocking {
-		// Inside a Group NCCL joins the communicator at ncclGroupEnd:
-		// the Group waits for it there (see groupEnd).
+	if g := l.recording(); g != nil {
+		// Inside a Group NCCL joins the communicator at ncclGroupEnd: the
+		// Group waits for it there, and aborts it if the Group fails (see
+		// groupEnd).
 		g.inits = append(g.inits, pendingInit{c, ctx, op})
 		return c, nil
 	}

@@ -7,12 +7,13 @@
 #
 # Each LABEL=DIR names a libnccl folder (an empty DIR: the system's, through
 # the search). Per library, three runs in a row of TestGPUGroupFailures,
-# TestGPUAbortRacingGroups (GONCCL_GPU_ABORT_ROUNDS, default 10) and
-# TestGPUFaultAbortWatchdog (GONCCL_GPU_WATCHDOG_SECONDS, default 4); the
-# examples that crashed or hung before (sendrecv, alltoallv, on every GPU)
-# three times each; and the C programs of scripts/repro/ (built with gcc
-# against the system's nccl.h, run against the library), which tell NCCL's
-# behaviour apart from gonccl's. NCCL_NVLS_ENABLE=0 always.
+# TestGPUInitRankInsideGroup, TestGPUAbortRacingGroups
+# (GONCCL_GPU_ABORT_ROUNDS, default 10) and TestGPUFaultAbortWatchdog
+# (GONCCL_GPU_WATCHDOG_SECONDS, default 4); the examples that crashed or hung
+# before (sendrecv, alltoallv, on every GPU) three times each; and, unless
+# REPRO=0, the C programs of scripts/repro/ (built with gcc against the
+# system's nccl.h, run against the library), which tell NCCL's behaviour
+# apart from gonccl's. NCCL_NVLS_ENABLE=0 always.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -37,7 +38,7 @@ run)
   : >"$summary"
   { date -u; nvidia-smi -L; } >>"$summary" 2>&1
   R=$(mktemp -d)
-  for p in nccl-group-poll nccl-group-abort nccl-abort-race; do
+  [ "${REPRO:-1}" = 0 ] || for p in nccl-group-poll nccl-group-abort nccl-abort-race; do
     gcc -O2 -o "$R/$p" "scripts/repro/$p.c" -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lnccl -lcudart -lpthread \
       2>>"$LOGS/repro-build.txt" || echo "repro $p: build failed" | tee -a "$summary"
   done
@@ -47,7 +48,7 @@ run)
     env=()
     if [ -n "$dir" ]; then env=(GONCCL_NCCL_LIB="$dir" LD_LIBRARY_PATH="$dir:${LD_LIBRARY_PATH:-}"); fi
     echo "== $label $(env "${env[@]}" .gpu/bin/nccl-info 2>/dev/null | grep -m1 -i version)" | tee -a "$summary"
-    for t in TestGPUGroupFailures TestGPUAbortRacingGroups TestGPUFaultAbortWatchdog; do
+    for t in TestGPUGroupFailures TestGPUInitRankInsideGroup TestGPUAbortRacingGroups TestGPUFaultAbortWatchdog; do
       verdicts=""
       for rep in 1 2 3; do
         log="$LOGS/$label-$t-$rep.log"
@@ -69,6 +70,7 @@ run)
       done
       echo "   example $ex:$verdicts" | tee -a "$summary"
     done
+    [ "${REPRO:-1}" = 0 ] && continue
     for args in "own 300" "locked 300" "all 300" "all 300" "all 300"; do
       log="$LOGS/$label-repro-poll-${args// /-}.log"
       timeout 120 env "${env[@]}" "$R/nccl-group-poll" $args >"$log" 2>&1

@@ -89,6 +89,7 @@ typedef struct comm {
     long shrink_seq;
     long sig_recv[MAXR], sig_taken[MAXR]; /* one-sided signals received from each peer; those waited for */
     int blocking;
+    int discarded;  /* a blocking communicator whose init a failed group destroyed unrun (NCCL's groupCleanup) */
     uint64_t connected; /* ranks this communicator has connected to (lazily, at its first operations) */
     int cfg[32];    /* config ints by field index; INT_MIN when undefined */
     char* name;
@@ -202,6 +203,14 @@ static ncclResult_t live(comm* c, const char* fn) {
     if (!k) return fail(ncclInvalidArgument, "%s: invalid comm %p", fn, (void*)c);
     if (c->magic == DEAD_MAGIC) {
         fprintf(stderr, "fakenccl: %s: use of destroyed communicator %p\n", fn, (void*)c);
+        abort();
+    }
+    if (c->discarded && strcmp(fn, "ncclCommAbort") != 0 && strcmp(fn, "ncclCommDestroy") != 0) {
+        /* NCCL's groupCleanup destroys a failed group's init jobs unrun
+         * (group.cc): the blocking communicator stays a calloc'ed shell
+         * whose async error reads ncclSuccess, so NCCL takes the call on
+         * it; only ncclCommAbort and ncclCommDestroy are meant for it. */
+        fprintf(stderr, "fakenccl: %s: communicator %p whose init a failed group discarded (NCCL never initialized it)\n", fn, (void*)c);
         abort();
     }
     if (!c->ready) return fail(ncclInvalidUsage, "%s: communicator is still initializing", fn);

@@ -321,6 +321,7 @@ static void discard_group(comm** members, int n, comm** inits, int ninits, ncclR
     for (int i = 0; i < n + ninits; i++) {
         comm* c = i < n ? members[i] : inits[i - n];
         if (!c->blocking) set_sticky(c, err);
+        else if (i >= n) c->discarded = 1;
     }
     pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
