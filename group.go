@@ -47,11 +47,13 @@ import (
 // own way. NCCL joins such communicators at the group's end: use them after
 // Group returns. A non-blocking one is waited for there, with the context
 // its init was given; if it fails or that context ends, it is aborted and
-// Group returns the error. When fn fails after making communicators, the
-// non-blocking ones come out aborted (NCCL leaves them in error), while
-// blocking ones may come out usable (the fakes' behaviour; not yet checked
-// on a GPU): Close or Abort every communicator fn made, whatever Group returns. Other calls that are not stream operations (Split, registration)
-// are not grouped: make them outside a Group.
+// Group returns the error. When the Group fails (fn returns an error or
+// panics, or a communicator fails to join), every communicator fn made comes
+// out aborted, blocking ones too: NCCL destroys the init work of a failed
+// group unrun, which would leave a blocking communicator uninitialized
+// (proven on GPUs with NCCL 2.28.3 to 2.30.7). Other calls that are not
+// stream operations (Split, registration) are not grouped: make them outside
+// a Group.
 //
 // All communicators of a group must share a blocking mode (NCCL refuses a
 // mix). With non-blocking ones, Group returns once NCCL has launched the
