@@ -92,14 +92,14 @@ func TestBoundsRanksAndDevices(t *testing.T) {
 		{"device 2^32", 1 << 32, 1, 0},
 		{"device -1", -1, 1, 0},
 	} {
-		_, err := l.InitRank(ctx, tc.dev, id, tc.nranks, tc.rank, nil)
+		_, err := l.InitRank(ctx, tc.dev, id, tc.nranks, tc.rank, modeOf(ctx, nil))
 		wantInvalid(t, "InitRank "+tc.what, err)
-		_, err = l.InitRankScalable(ctx, tc.dev, []nccl.UniqueID{id}, tc.nranks, tc.rank, nil)
+		_, err = l.InitRankScalable(ctx, tc.dev, []nccl.UniqueID{id}, tc.nranks, tc.rank, modeOf(ctx, nil))
 		wantInvalid(t, "InitRankScalable "+tc.what, err)
 	}
-	_, err := l.InitRankScalable(ctx, 0, nil, 1, 0, nil)
+	_, err := l.InitRankScalable(ctx, 0, nil, 1, 0, modeOf(ctx, nil))
 	wantInvalid(t, "InitRankScalable without ids", err)
-	_, err = l.InitAll(ctx, []int{0, 1 << 32}, nil)
+	_, err = l.InitAll(ctx, []int{0, 1 << 32}, modeOf(ctx, nil))
 	wantInvalid(t, "InitAll device 2^32", err)
 	_, err = cu.Alloc(1<<32, nccl.Float32, 1)
 	wantInvalid(t, "Alloc on device 2^32", err)
@@ -108,7 +108,7 @@ func TestBoundsRanksAndDevices(t *testing.T) {
 	wantInvalid(t, "OnDevice 2^32", cu.OnDevice(1<<32, func() error { return nil }))
 	wantInvalid(t, "DeviceSynchronize 2^32", cu.DeviceSynchronize(1<<32))
 
-	comms, err := l.InitAll(ctx, []int{0, 1}, nil)
+	comms, err := l.InitAll(ctx, []int{0, 1}, modeOf(ctx, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,10 +382,10 @@ func TestInitAllDevices(t *testing.T) {
 		l := open(t, variant)
 		for _, ctx := range []context.Context{context.Background(), nonBlockingCtx(t)} {
 			mode := map[bool]string{true: "blocking", false: "non-blocking"}[ctx.Done() == nil]
-			if _, err := l.InitAll(ctx, []int{0, 4}, nil); !errors.Is(err, nccl.ErrInvalidArgument) || !strings.Contains(err.Error(), "sees 4 CUDA devices") {
+			if _, err := l.InitAll(ctx, []int{0, 4}, modeOf(ctx, nil)); !errors.Is(err, nccl.ErrInvalidArgument) || !strings.Contains(err.Error(), "sees 4 CUDA devices") {
 				t.Errorf("%s, %s: InitAll on devices 0 and 4 of 4: %v", variant, mode, err)
 			}
-			if _, err := l.InitAll(ctx, []int{1, 1}, nil); !errors.Is(err, nccl.ErrInvalidUsage) || !strings.Contains(err.Error(), "listed twice") {
+			if _, err := l.InitAll(ctx, []int{1, 1}, modeOf(ctx, nil)); !errors.Is(err, nccl.ErrInvalidUsage) || !strings.Contains(err.Error(), "listed twice") {
 				t.Errorf("%s, %s: InitAll on device 1 twice: %v", variant, mode, err)
 			}
 		}

@@ -124,7 +124,7 @@ func TestInitRankConfigReachesNCCL(t *testing.T) {
 			{"Blocking=false", &no, false, 0},
 			{"Blocking=true with a deadline", &yes, true, 1},
 			{"unset, context.Background", nil, false, 1},
-			{"unset, a deadline", nil, true, 0},
+			{"unset, a deadline", nil, true, 1}, // blocking by default; the deadline bounds the init
 		} {
 			ctx := context.Background()
 			if mode.deadline {
@@ -217,7 +217,7 @@ func TestInitRestoresDevice(t *testing.T) {
 			}
 			ctx := m.ctx(t)
 			id, _ := l.GetUniqueID()
-			c, err := l.InitRank(ctx, 3, id, 1, 0, nil)
+			c, err := l.InitRank(ctx, 3, id, 1, 0, modeOf(ctx, nil))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -328,7 +328,7 @@ func TestNonBlockingInit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	c, err := l.InitRank(ctx, 0, id, 2, 0, nil)
+	c, err := l.InitRank(ctx, 0, id, 2, 0, modeOf(ctx, nil))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("init without its peer: %v; want context.DeadlineExceeded", err)
 	}
@@ -348,7 +348,7 @@ func TestNonBlockingInit(t *testing.T) {
 	// A context already ended makes nothing.
 	done, cancelNow := context.WithCancel(context.Background())
 	cancelNow()
-	if _, err := l.InitRank(done, 0, id, 1, 0, nil); !errors.Is(err, context.Canceled) {
+	if _, err := l.InitRank(done, 0, id, 1, 0, modeOf(done, nil)); !errors.Is(err, context.Canceled) {
 		t.Errorf("init with an ended context: %v", err)
 	}
 	if n := liveComms(t, l); n != before {
@@ -366,7 +366,7 @@ func TestInitAllAndGroupAcrossComms(t *testing.T) {
 		config   int32 // blocking in the config NCCL got
 	}{
 		{"context.Background", false, nil, true, abi.Undefined}, // ncclCommInitAll, no config
-		{"a deadline", true, nil, false, 0},                     // one init per device in a group
+		{"a deadline", true, nil, true, abi.Undefined},          // ncclCommInitAll on a goroutine of its own (bounded)
 		{"Blocking=false", false, &nccl.Config{Blocking: &no}, false, 0},
 		{"Blocking=true", false, &nccl.Config{Blocking: &yes}, true, 1},
 	} {
@@ -541,7 +541,7 @@ func TestInitRankScalable(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					comms[r], errs[r] = l.InitRankScalable(ctx, r, ids, 3, r, nil)
+					comms[r], errs[r] = l.InitRankScalable(ctx, r, ids, 3, r, modeOf(ctx, nil))
 				}()
 			}
 			wg.Wait()
@@ -556,7 +556,7 @@ func TestInitRankScalable(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			if _, err := open(t, "old").InitRankScalable(ctx, 0, ids, 1, 0, nil); !errors.Is(err, nccl.ErrNotSupported) {
+			if _, err := open(t, "old").InitRankScalable(ctx, 0, ids, 1, 0, modeOf(ctx, nil)); !errors.Is(err, nccl.ErrNotSupported) {
 				t.Errorf("InitRankScalable on 2.14: %v", err)
 			}
 		})
@@ -1068,7 +1068,7 @@ func init() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		for _, ctx := range []context.Context{context.Background(), ctx} {
-			if _, err := l.InitRank(ctx, 0, id, 1, 0, nil); !errors.Is(err, nccl.ErrNoDevice) {
+			if _, err := l.InitRank(ctx, 0, id, 1, 0, modeOf(ctx, nil)); !errors.Is(err, nccl.ErrNoDevice) {
 				return fmt.Errorf("InitRank: %v, want ErrNoDevice", err)
 			}
 		}
@@ -1085,7 +1085,7 @@ func TestLibraryClose(t *testing.T) {
 			l := open(t, "default")
 			ctx := m.ctx(t)
 			id, _ := l.GetUniqueID()
-			c, err := l.InitRank(ctx, 0, id, 1, 0, nil)
+			c, err := l.InitRank(ctx, 0, id, 1, 0, modeOf(ctx, nil))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1102,10 +1102,10 @@ func TestLibraryClose(t *testing.T) {
 			if _, err := l.GetUniqueID(); !errors.Is(err, nccl.ErrClosed) {
 				t.Errorf("GetUniqueID after Close: %v", err)
 			}
-			if _, err := l.InitRank(ctx, 0, id, 1, 0, nil); !errors.Is(err, nccl.ErrClosed) {
+			if _, err := l.InitRank(ctx, 0, id, 1, 0, modeOf(ctx, nil)); !errors.Is(err, nccl.ErrClosed) {
 				t.Errorf("InitRank after Close: %v", err)
 			}
-			if _, err := l.InitAll(ctx, []int{0, 1}, nil); !errors.Is(err, nccl.ErrClosed) {
+			if _, err := l.InitAll(ctx, []int{0, 1}, modeOf(ctx, nil)); !errors.Is(err, nccl.ErrClosed) {
 				t.Errorf("InitAll after Close: %v", err)
 			}
 			if _, err := l.MemAlloc(0, nccl.Float32, 16); !errors.Is(err, nccl.ErrClosed) {

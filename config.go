@@ -17,9 +17,8 @@ import (
 // field in NCCL (ncclCommInitRankConfig's parseCommConfig), and NCCL logs the
 // override under NCCL_DEBUG=INFO.
 type Config struct {
-	// Blocking chooses the mode (2.14). nil: non-blocking when the context
-	// given to the init can end, blocking otherwise (see Comm). A derived
-	// communicator (Split, Shrink) keeps its parent's mode.
+	// Blocking chooses the mode (2.14). nil: blocking, NCCL's default (see
+	// Comm). A derived communicator (Split, Shrink) keeps its parent's mode.
 	// NCCL_COMM_BLOCKING=0 or 1 in the environment overrides both, in NCCL
 	// and so in gonccl (a value NCCL reads from nccl.conf instead is not
 	// seen by gonccl: set it in the environment).

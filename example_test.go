@@ -139,14 +139,17 @@ func ExampleLibrary_InitRank() {
 	}
 	wg.Wait()
 
-	// A rank that never arrives: the context ends the init.
+	// A rank that never arrives: the context ends the wait. A blocking
+	// init (the default) goes on inside NCCL and its communicator is
+	// aborted when NCCL returns; Config.Blocking = false makes NCCL abort
+	// the init itself.
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	id2, _ := lib.GetUniqueID()
 	_, err = lib.InitRank(ctx, 0, id2, 2, 0, nil)
 	fmt.Println(errors.Is(err, context.DeadlineExceeded))
 	// Output:
-	// rank 0 of 2 on device 0 blocking: false
+	// rank 0 of 2 on device 0 blocking: true
 	// true
 }
 

@@ -228,7 +228,7 @@ func ftInit(t *testing.T, l *nccl.Library, j ftJob, dir string, r, n int) (*nccl
 	} else if id, err = ftReadID(ctx, path); err != nil {
 		t.Fatal(err)
 	}
-	c, err := l.InitRank(j.mk, r, id, n, r, nil)
+	c, err := l.InitRank(j.mk, r, id, n, r, modeOf(j.mk, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +452,7 @@ func ftGrowNew(t *testing.T, l *nccl.Library, j ftJob, dir string, r, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := l.GrowRank(j.mk, r, gid, n, r, nil)
+	c, err := l.GrowRank(j.mk, r, gid, n, r, modeOf(j.mk, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

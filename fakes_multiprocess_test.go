@@ -493,7 +493,7 @@ func TestFakeCommIDBindConflict(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		start := time.Now()
-		c, err := l.InitRank(ctx, 0, id, 2, 0, nil)
+		c, err := l.InitRank(ctx, 0, id, 2, 0, modeOf(ctx, nil))
 		if c != nil {
 			c.Abort()
 		}
@@ -525,7 +525,7 @@ func TestFakeCommIDBindConflict(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		first := make(chan error, 1)
 		go func() { // rank 0 of a job whose rank 1 never comes
-			_, err := l.InitRank(ctx, 0, id, 2, 0, nil)
+			_, err := l.InitRank(ctx, 0, id, 2, 0, modeOf(ctx, nil))
 			first <- err
 		}()
 		time.Sleep(100 * time.Millisecond)
@@ -728,7 +728,7 @@ func mpInit(t *testing.T, l *nccl.Library, ctx context.Context) []rank {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := l.InitRank(ctx, r%8, id, n, r, nil)
+			c, err := l.InitRank(ctx, r%8, id, n, r, modeOf(ctx, nil))
 			if err != nil {
 				errs[r] = err
 				return
@@ -1132,7 +1132,7 @@ func mpLeak(t *testing.T) {
 		if mode == 3 { // a job of 2 whose rank 1 never comes: the deadline aborts the init
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
-			if _, err := l.InitRank(ctx, 0, id, 2, 0, nil); !errors.Is(err, context.DeadlineExceeded) {
+			if _, err := l.InitRank(ctx, 0, id, 2, 0, modeOf(ctx, nil)); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("round %d: init without its peer: %v", round, err)
 			}
 			return
@@ -1143,7 +1143,7 @@ func mpLeak(t *testing.T) {
 			ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 		}
-		c, err := l.InitRank(ctx, 0, id, 1, 0, nil)
+		c, err := l.InitRank(ctx, 0, id, 1, 0, modeOf(ctx, nil))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -281,7 +281,7 @@ func TestGrow(t *testing.T) {
 				case 1:
 					c, err = ranks[r].comm.Grow(ctx, n, nil, nil)
 				default: // new ranks
-					c, err = l.GrowRank(ctx, r%8, id, n, r, nil)
+					c, err = l.GrowRank(ctx, r%8, id, n, r, modeOf(ctx, nil))
 				}
 				if err != nil {
 					return err
@@ -294,7 +294,7 @@ func TestGrow(t *testing.T) {
 				return sumCheck(ctx, c, streams[r], uint64(r), tags(0, 1, 2, 3))
 			})
 			// The id served its grow.
-			if c, err := l.GrowRank(ctx, 0, id, n, 3, nil); c != nil || !errors.Is(err, nccl.ErrInvalidUsage) {
+			if c, err := l.GrowRank(ctx, 0, id, n, 3, modeOf(ctx, nil)); c != nil || !errors.Is(err, nccl.ErrInvalidUsage) {
 				t.Errorf("GrowRank with a used id: %v, %v; want ErrInvalidUsage", c, err)
 			}
 			// New ranks take numbers the existing ranks do not have.
@@ -302,14 +302,14 @@ func TestGrow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c, err := l.GrowRank(ctx, 0, id2, 6, 1, nil); c != nil || !errors.Is(err, nccl.ErrInvalidArgument) {
+			if c, err := l.GrowRank(ctx, 0, id2, 6, 1, modeOf(ctx, nil)); c != nil || !errors.Is(err, nccl.ErrInvalidArgument) {
 				t.Errorf("GrowRank as existing rank 1: %v, %v; want ErrInvalidArgument", c, err)
 			}
 			plain, err := l.GetUniqueID()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c, err := l.GrowRank(ctx, 0, plain, 6, 5, nil); c != nil || !errors.Is(err, nccl.ErrInvalidArgument) {
+			if c, err := l.GrowRank(ctx, 0, plain, 6, 5, modeOf(ctx, nil)); c != nil || !errors.Is(err, nccl.ErrInvalidArgument) {
 				t.Errorf("GrowRank with an init id: %v, %v; want ErrInvalidArgument", c, err)
 			}
 			if c, err := comms[1].Grow(ctx, n, nil, nil); c != nil || !errors.Is(err, nccl.ErrInvalidArgument) {
@@ -334,7 +334,7 @@ func TestFaultToleranceRequires(t *testing.T) {
 	want("GrowID", err, "2.29.2")
 	_, err = c.Grow(ctx, 2, nil, nil)
 	want("Grow", err, "2.29.2")
-	_, err = l.GrowRank(ctx, 0, nccl.UniqueID{}, 2, 1, nil)
+	_, err = l.GrowRank(ctx, 0, nccl.UniqueID{}, 2, 1, modeOf(ctx, nil))
 	want("GrowRank", err, "2.29.2")
 
 	old := open(t, "old")

@@ -165,7 +165,7 @@ func TestGPUFaultChild(t *testing.T) {
 	l, _ := openReal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := l.InitRank(ctx, devOf(1), id, 2, 1, nil)
+	c, err := l.InitRank(ctx, devOf(1), id, 2, 1, modeOf(ctx, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestGPUFaultPeerDies(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), limit)
 		defer cancel()
 		start := time.Now()
-		c, err := l.InitRank(ctx, 0, id, 2, 0, nil)
+		c, err := l.InitRank(ctx, 0, id, 2, 0, modeOf(ctx, nil))
 		if when == "before" {
 			el := time.Since(start)
 			if err == nil || el > deadline+time.Second {

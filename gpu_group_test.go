@@ -76,3 +76,15 @@ func TestGPUInitRankInsideGroup(t *testing.T) {
 		t.Run("failed group/"+mode, func(t *testing.T) { testInitRankInsideFailedGroup(t, l, mode) })
 	}
 }
+
+// TestGPUBlockingInitGivenUp runs init_bounded_test.go's case on real NCCL: a
+// blocking init (the default) whose peer comes only after the deadline
+// returns at the deadline; when the peer comes, NCCL's init returns and gonccl
+// aborts the communicator it gave up; Library.Close then succeeds.
+func TestGPUBlockingInitGivenUp(t *testing.T) {
+	l, n := openReal(t)
+	if n < 2 {
+		t.Skip("needs 2 ranks: 2 GPUs, or GONCCL_GPU_RANKS=2 with NCCL_MULTI_RANK_GPU_ENABLE=1")
+	}
+	testBlockingInitGivenUp(t, l)
+}

@@ -271,7 +271,7 @@ func TestGPURevokeShrinkGrow(t *testing.T) {
 			if r == 0 {
 				grown[0], err = solo.Grow(ctx, 2, &id, nil)
 			} else {
-				grown[1], err = l.GrowRank(ctx, devOf(1), id, 2, 1, nil)
+				grown[1], err = l.GrowRank(ctx, devOf(1), id, 2, 1, modeOf(ctx, nil))
 			}
 			if err != nil {
 				return err

@@ -149,7 +149,7 @@ func TestGPUCollectivesInitAll(t *testing.T) {
 		devs[i] = devOf(i)
 	}
 	for _, ctx := range []context.Context{context.Background(), nonBlockingCtx(t)} {
-		comms, err := l.InitAll(ctx, devs, nil)
+		comms, err := l.InitAll(ctx, devs, modeOf(ctx, nil))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -61,7 +61,7 @@ func testInitRankInsideGroup(t *testing.T, l *nccl.Library, n int, mode string) 
 	start := time.Now()
 	err = l.Group(func() error {
 		for r := range n {
-			c, err := l.InitRank(ctx, devOf(r), id, n, r, nil)
+			c, err := l.InitRank(ctx, devOf(r), id, n, r, modeOf(ctx, nil))
 			if err != nil {
 				return err
 			}
@@ -150,7 +150,7 @@ func testInitRankInsideFailedGroup(t *testing.T, l *nccl.Library, mode string) {
 	start := time.Now()
 	err = l.Group(func() error {
 		for r := range 2 {
-			c, err := l.InitRank(ctx, devOf(r), id, 2, r, nil)
+			c, err := l.InitRank(ctx, devOf(r), id, 2, r, modeOf(ctx, nil))
 			if err != nil {
 				return err
 			}

@@ -53,11 +53,26 @@ func nonBlockingCtx(t testing.TB) context.Context {
 	return ctx
 }
 
+// modeOf is the tests' convention: a context that can end (nonBlockingCtx)
+// asks for a non-blocking communicator, unless cfg sets the mode.
+func modeOf(ctx context.Context, cfg *nccl.Config) *nccl.Config {
+	if ctx.Done() == nil || cfg != nil && cfg.Blocking != nil {
+		return cfg
+	}
+	var c nccl.Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Blocking = new(bool)
+	return &c
+}
+
 // initComms makes an n-rank communicator from ctx and cfg, one goroutine per
 // rank on device devOf(r), the id passed by value to each; it fails the test if a
-// rank fails.
+// rank fails. A context that can end makes non-blocking communicators (modeOf).
 func initComms(t testing.TB, l *nccl.Library, n int, ctx context.Context, cfg *nccl.Config) []*nccl.Comm {
 	t.Helper()
+	cfg = modeOf(ctx, cfg)
 	id, err := l.GetUniqueID()
 	if err != nil {
 		t.Fatal(err)

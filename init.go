@@ -12,17 +12,20 @@ import (
 	"github.com/gonccl/nccl/abi"
 )
 
-// Communicator creation. Every form takes a context: with a non-blocking
-// communicator (see Comm) the init returns at once inside NCCL and gonccl waits
-// for it outside, so the context's end aborts it, frees what it took and
-// returns an error wrapping ctx.Err(). A rank that never arrives then costs
-// the others their deadline, not their process.
+// Communicator creation. Every form takes a context, which bounds the init in
+// both modes (see Comm). A non-blocking init returns at once inside NCCL and
+// gonccl waits for it outside, so the context's end aborts it, frees what it
+// took and returns an error wrapping ctx.Err(). A blocking init cannot be
+// reached inside NCCL: it runs on a goroutine of its own, and the context's
+// end returns that error while the init goes on, its communicator aborted once
+// NCCL returns (see bounded). A rank that never arrives then costs the others
+// their deadline, not their process.
 
 // blockingFor decides a new communicator's mode: NCCL_COMM_BLOCKING if it is
 // 0 or 1 (NCCL's parseCommConfig lets it override the config, so gonccl must
-// agree with it), else Config.Blocking if set, else non-blocking when ctx can
-// end (see Comm).
-func blockingFor(ctx context.Context, cfg *Config) bool {
+// agree with it), else Config.Blocking if set, else blocking, NCCL's default
+// (see Comm).
+func blockingFor(cfg *Config) bool {
 	switch os.Getenv("NCCL_COMM_BLOCKING") {
 	case "0":
 		return false
@@ -32,7 +35,7 @@ func blockingFor(ctx context.Context, cfg *Config) bool {
 	if cfg != nil && cfg.Blocking != nil {
 		return *cfg.Blocking
 	}
-	return ctx.Done() == nil
+	return true
 }
 
 // withBlocking is cfg with Blocking set, so NCCL gets the mode decided here.
@@ -47,8 +50,9 @@ func withBlocking(cfg *Config, blocking bool) *Config {
 
 // InitRank creates rank's communicator among nranks ranks on CUDA device dev
 // (ncclCommInitRankConfig). Every rank calls it with the same id. cfg may be
-// nil. It returns once every rank has joined, an error if NCCL fails, or, for
-// a non-blocking communicator, when ctx ends.
+// nil. It returns once every rank has joined, an error if NCCL fails, or an
+// error wrapping ctx.Err() when ctx ends first (see Comm for what each mode
+// does then).
 func (l *Library) InitRank(ctx context.Context, dev int, id UniqueID, nranks, rank int, cfg *Config) (*Comm, error) {
 	const op = "ncclCommInitRankConfig"
 	if err := checkInitArgs(op, dev, nranks, rank); err != nil {
@@ -92,16 +96,50 @@ func checkInitArgs(op string, dev, nranks, rank int) error {
 
 // initComm runs one init call on a locked thread with dev current (NCCL binds
 // the communicator to the calling thread's device), then waits for a
-// non-blocking one outside NCCL. Inside a Group the call joins NCCL's group
-// (see Group), and the communicator, of either mode, is ready when the group
-// ends: the Group waits for a non-blocking one then.
+// non-blocking one outside NCCL; a blocking one whose context can end runs on
+// a goroutine of its own (see bounded). Inside a Group the call joins NCCL's
+// group (see Group), and the communicator, of either mode, is ready when the
+// group ends: the Group waits for a non-blocking one then.
 // key is the communicator's clique (see clique).
 func (l *Library) initComm(ctx context.Context, op string, dev, nranks, rank int, cfg *Config, key uint64,
 	call func(h *uintptr, cfgPtr uintptr) error) (*Comm, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	blocking := blockingFor(ctx, cfg)
+	blocking := blockingFor(cfg)
+	if blocking && ctx.Done() != nil && l.recording() == nil {
+		comms, err := l.bounded(ctx, op, func() ([]*Comm, error) {
+			c, err := l.makeComm(op, dev, nranks, rank, cfg, blocking, key, call)
+			if err != nil {
+				return nil, err
+			}
+			return []*Comm{c}, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return comms[0], nil
+	}
+	c, err := l.makeComm(op, dev, nranks, rank, cfg, blocking, key, call)
+	if err != nil {
+		return nil, err
+	}
+	if g := l.recording(); g != nil {
+		// Inside a Group NCCL joins the communicator at ncclGroupEnd: the
+		// Group waits for it there, and aborts it if the Group fails (see
+		// groupEnd).
+		g.inits = append(g.inits, pendingInit{c, ctx, op})
+		return c, nil
+	}
+	if err := c.ready(ctx, op); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// makeComm makes the init call on dev's locked thread and wraps its handle.
+func (l *Library) makeComm(op string, dev, nranks, rank int, cfg *Config, blocking bool, key uint64,
+	call func(h *uintptr, cfgPtr uintptr) error) (*Comm, error) {
 	var c *Comm
 	err := l.onDevice(op, dev, func() error {
 		buf, ptr, err := l.encodeConfig(op, withBlocking(cfg, blocking))
@@ -123,20 +161,46 @@ func (l *Library) initComm(ctx context.Context, op string, dev, nranks, rank int
 		c = l.newComm(h, dev, rank, nranks, blocking, buf, key)
 		return nil
 	})
-	if err != nil {
-		return nil, err
+	return c, err
+}
+
+// bounded runs init, blocking inits that no context can reach inside NCCL
+// (NCCL aborts only a non-blocking init: ncclCommAbort of a blocking one
+// would free it under the call), on a goroutine of its own, and returns what
+// it returns, or, when ctx ends first, an error wrapping ctx.Err(). The init
+// then goes on until NCCL returns; what it made is aborted then, and until
+// then Library.Close refuses. A peer that never comes can keep that goroutine
+// and its thread for good: a communicator that must give up cleanly is a
+// non-blocking one (Config.Blocking).
+func (l *Library) bounded(ctx context.Context, op string, init func() ([]*Comm, error)) ([]*Comm, error) {
+	type result struct {
+		comms []*Comm
+		err   error
 	}
-	if g := l.recording(); g != nil {
-		// Inside a Group NCCL joins the communicator at ncclGroupEnd: the
-		// Group waits for it there, and aborts it if the Group fails (see
-		// groupEnd).
-		g.inits = append(g.inits, pendingInit{c, ctx, op})
-		return c, nil
+	done := make(chan result, 1)
+	go func() {
+		comms, err := init()
+		done <- result{comms, err}
+	}()
+	select {
+	case r := <-done:
+		return r.comms, r.err
+	case <-ctx.Done():
 	}
-	if err := c.ready(ctx, op); err != nil {
-		return nil, err
+	select {
+	case r := <-done: // it finished as ctx ended
+		return r.comms, r.err
+	default:
 	}
-	return c, nil
+	l.givenUp.Add(1)
+	go func() {
+		r := <-done
+		for _, c := range r.comms {
+			c.Abort()
+		}
+		l.givenUp.Add(-1)
+	}()
+	return nil, fmt.Errorf("%s: %w (a blocking init cannot be stopped inside NCCL: it goes on, and its communicator is aborted when NCCL returns; Config.Blocking = false makes inits abortable)", op, ctx.Err())
 }
 
 // ready waits for a new non-blocking communicator to finish joining; on
@@ -178,10 +242,11 @@ func (l *Library) checkInitAllDevices(op string, devs []int) error {
 }
 
 // InitAll creates one communicator per device of devs from this process:
-// comms[i] is rank i on devs[i]. A blocking set comes from ncclCommInitAll; a
-// non-blocking one (ctx can end, or cfg says so) from ncclGetUniqueId and one
-// ncclCommInitRankConfig per device in a group, as ncclCommInitAll does inside,
-// so that ctx can abort it. On failure no communicator is left open.
+// comms[i] is rank i on devs[i]. A blocking set with a nil cfg comes from
+// ncclCommInitAll; otherwise from ncclGetUniqueId and one
+// ncclCommInitRankConfig per device in a group, as ncclCommInitAll does
+// inside. ctx bounds it as it bounds InitRank. On failure no communicator is
+// left open.
 func (l *Library) InitAll(ctx context.Context, devs []int, cfg *Config) ([]*Comm, error) {
 	const op = "ncclCommInitAll"
 	if err := l.live(op); err != nil {
@@ -199,7 +264,14 @@ func (l *Library) InitAll(ctx context.Context, devs []int, cfg *Config) ([]*Comm
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	if !blockingFor(ctx, cfg) || cfg != nil {
+	if blockingFor(cfg) && ctx.Done() != nil && l.recording() == nil {
+		return l.bounded(ctx, op, func() ([]*Comm, error) { return l.initAll(context.Background(), devs, cfg) })
+	}
+	return l.initAll(ctx, devs, cfg)
+}
+
+func (l *Library) initAll(ctx context.Context, devs []int, cfg *Config) ([]*Comm, error) {
+	if !blockingFor(cfg) || cfg != nil {
 		return l.initAllGrouped(ctx, devs, cfg)
 	}
 	hs := make([]uintptr, len(devs))
@@ -230,7 +302,7 @@ func (l *Library) initAllGrouped(ctx context.Context, devs []int, cfg *Config) (
 			c.Abort()
 		}
 	}
-	blocking := blockingFor(ctx, cfg)
+	blocking := blockingFor(cfg)
 	err = l.Group(func() error {
 		for i, d := range devs {
 			err := l.onDevice("ncclCommInitRankConfig", d, func() error {

@@ -345,7 +345,7 @@ func TestLifecycleInitCancel(t *testing.T) {
 			t.Fatal(err)
 		}
 		within(t, "InitRank", func(ctx context.Context) error {
-			c, err := l.InitRank(ctx, 0, id, 2, 0, nil)
+			c, err := l.InitRank(ctx, 0, id, 2, 0, modeOf(ctx, nil))
 			if c != nil {
 				t.Fatal("a communicator came back with the error")
 			}
@@ -356,7 +356,7 @@ func TestLifecycleInitCancel(t *testing.T) {
 			t.Fatal(err)
 		}
 		within(t, "InitRankScalable", func(ctx context.Context) error {
-			_, err := l.InitRankScalable(ctx, 1, []nccl.UniqueID{id2}, 3, 2, nil)
+			_, err := l.InitRankScalable(ctx, 1, []nccl.UniqueID{id2}, 3, 2, modeOf(ctx, nil))
 			return err
 		})
 	}
@@ -378,10 +378,10 @@ func TestLifecycleInitCancel(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 			cancel()
 		}()
-		if _, err := l.InitRank(ctx, 0, id, 2, 0, nil); !errors.Is(err, context.Canceled) {
+		if _, err := l.InitRank(ctx, 0, id, 2, 0, modeOf(ctx, nil)); !errors.Is(err, context.Canceled) {
 			t.Fatalf("InitRank: %v", err)
 		}
-		if _, err := l.InitAll(ctx, []int{0, 1}, nil); !errors.Is(err, context.Canceled) {
+		if _, err := l.InitAll(ctx, []int{0, 1}, modeOf(ctx, nil)); !errors.Is(err, context.Canceled) {
 			t.Fatalf("InitAll after cancel: %v", err)
 		}
 	})

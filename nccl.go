@@ -25,9 +25,10 @@ type Library struct {
 	a2avABI int // 10 or 11 arguments: the ncclAlltoAllv form in use
 	cuda    *CUDA
 
-	closed atomic.Bool
-	types  [16]bool // data types the library knows, by ncclDataType_t
-	allOps bool     // it knows every reduction gonccl passes (Avg, PreMulSum): >= 2.11
+	closed  atomic.Bool
+	givenUp atomic.Int32 // blocking inits whose context ended while they run on inside NCCL (see bounded)
+	types   [16]bool     // data types the library knows, by ncclDataType_t
+	allOps  bool         // it knows every reduction gonccl passes (Avg, PreMulSum): >= 2.11
 
 	commsMu sync.Mutex
 	comms   map[*Comm]struct{} // open communicators
@@ -194,6 +195,9 @@ func (l *Library) Close() error {
 	l.commsMu.Unlock()
 	if n > 0 {
 		return &Error{Op: "Close", Code: abi.InvalidUsage, Msg: fmt.Sprintf("%d communicators still open", n)}
+	}
+	if n := l.givenUp.Load(); n > 0 {
+		return &Error{Op: "Close", Code: abi.InvalidUsage, Msg: fmt.Sprintf("%d blocking inits given up at their context's end are still inside NCCL", n)}
 	}
 	l.closed.Store(true)
 	return nil

@@ -579,7 +579,7 @@ func TestIDReachesCIntact(t *testing.T) {
 		for _, pos := range []int{0, 8, 63, 64, 127} {
 			id, _ := l.GetUniqueID()
 			id.Internal[pos] ^= 0x5a
-			_, err := l.InitRank(ctx, 0, id, 1, 0, nil)
+			_, err := l.InitRank(ctx, 0, id, 1, 0, modeOf(ctx, nil))
 			if !errors.Is(err, nccl.ErrInvalidArgument) || !strings.Contains(err.Error(), "corrupt unique id") {
 				t.Fatalf("corrupt byte %d (can end: %v): %v", pos, ctx.Done() != nil, err)
 			}
@@ -610,7 +610,7 @@ func TestClosedCommunicator(t *testing.T) {
 	for _, ctx := range []context.Context{context.Background(), nonBlockingCtx(t)} {
 		for _, how := range []string{"Close", "Abort"} {
 			id, _ := l.GetUniqueID()
-			c, err := l.InitRank(ctx, 0, id, 1, 0, nil)
+			c, err := l.InitRank(ctx, 0, id, 1, 0, modeOf(ctx, nil))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -301,7 +301,7 @@ func TestRealNCCLNoGPU(t *testing.T) {
 	defer cancel()
 	var ce *nccl.CUDAError
 	for _, ctx := range []context.Context{context.Background(), deadline} {
-		c, err := l.InitRank(ctx, 0, id, 1, 0, nil)
+		c, err := l.InitRank(ctx, 0, id, 1, 0, modeOf(ctx, nil))
 		if c != nil || !errors.As(err, &ce) || !errors.Is(err, nccl.ErrNoDevice) || ce.Op != "cudaGetDevice" ||
 			ce.Code != abi.CudaErrorInsufficientDriver || ce.Msg != realNoDriverText {
 			t.Errorf("InitRank (can end: %v) = %v, %v; want cudaGetDevice: cudaErrorInsufficientDriver matching ErrNoDevice", ctx.Done() != nil, c, err)

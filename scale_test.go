@@ -647,7 +647,7 @@ func scaleFault(t *testing.T, l *nccl.Library, n int, failed []int, m commMode) 
 		case g < k:
 			c, err = shrunk[g].comm.Grow(ctx, n, nil, nil)
 		default:
-			c, err = l.GrowRank(ctx, grown[g].dev, id, n, g, nil)
+			c, err = l.GrowRank(ctx, grown[g].dev, id, n, g, modeOf(ctx, nil))
 		}
 		if err != nil {
 			return err

@@ -35,10 +35,9 @@
 //	srun -n 8 ./prog -idfile /shared/job.id                               # a file on shared storage
 //	./prog -np 2                                                          # local ranks, started by itself
 //
-// A context that can end makes the communicator non-blocking (see nccl.Comm),
-// so a rank that never arrives costs the others their deadline: UniqueID and
-// InitRank return an error wrapping context.DeadlineExceeded instead of
-// hanging.
+// The context bounds the wait for the other ranks: a rank that never arrives
+// costs the others their deadline, as UniqueID and InitRank return an error
+// wrapping context.DeadlineExceeded instead of hanging (see nccl.Comm).
 //
 // # Launchers
 //

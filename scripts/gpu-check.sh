@@ -163,14 +163,15 @@ run)
     newer 22902 env "$@" $E/onesided $T
     newer 22902 env "$@" $E/onesided -np 2 $T
     # Graphs: one process per GPU, as NCCL wants for graph launches; blocking
-    # communicators time plain launches without NCCL's launch thread.
+    # communicators (the default), then non-blocking ones, whose plain
+    # launches NCCL makes from a thread it starts for each.
     # Two processes sharing one GPU take turns on it (time slices, no MPS):
     # a few replays prove the graphs there; their times mean nothing.
     local few=()
     [ "$GPUS" -lt 2 ] && few=(-ops 2 -replays 20)
     run_example env "$@" $E/captured -np 2 "${few[@]}" $T
-    if [ "$GPUS" -lt 2 ]; then run_example env "$@" $E/captured -np 2 -blocking "${few[@]}" $T
-    else run_example env "$@" $E/captured -np 2 -blocking -replays 2000 $T; fi
+    if [ "$GPUS" -lt 2 ]; then run_example env "$@" $E/captured -np 2 -nonblocking "${few[@]}" $T
+    else run_example env "$@" $E/captured -np 2 -nonblocking $T; fi
     # One process driving every GPU with its iterations captured into a graph
     # per GPU (-G): each GPU's capture is open while the others' end (EndCapture
     # instantiates the graphs once the last ends; before, CUDA refused with

@@ -45,8 +45,8 @@ func main() {
 }
 
 func run(lib *nccl.Library, job launch.Job, share launch.Share, n int, timeout time.Duration) (err error) {
-	// A context that can end makes the communicator non-blocking, so that
-	// joining, the all-reduce and closing can all give up at the deadline.
+	// The deadline bounds joining, the wait for the all-reduce and closing:
+	// a rank that never arrives or dies costs the others this long.
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	via, _ := launch.Choose(job, share) // only to print it; UniqueID says why when there is no way

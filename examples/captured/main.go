@@ -35,7 +35,7 @@ import (
 
 type params struct {
 	ops, n, replays int
-	blocking        bool
+	nonBlocking     bool
 	timeout         time.Duration
 }
 
@@ -45,7 +45,7 @@ func main() {
 	flag.IntVar(&p.ops, "ops", 8, "all-reduces per graph")
 	flag.IntVar(&p.n, "n", 1024, "float32 elements per all-reduce")
 	flag.IntVar(&p.replays, "replays", 1000, "graph launches, and plain steps to compare")
-	flag.BoolVar(&p.blocking, "blocking", false, "a blocking communicator: plain launches without NCCL's launch thread, but a missing rank can hang init")
+	flag.BoolVar(&p.nonBlocking, "nonblocking", false, "a non-blocking communicator: abortable inside NCCL, but NCCL launches each plain operation from a thread it starts")
 	flag.DurationVar(&p.timeout, "timeout", 60*time.Second, "deadline for the other ranks to join and finish every replay, and again to close")
 	lf := launch.Register(flag.CommandLine)
 	flag.Parse()
@@ -134,7 +134,8 @@ func (t timing) String() string {
 
 // rank is rank r of n on GPU dev: it captures, replays, checks and times.
 func rank(ctx context.Context, lib *nccl.Library, id nccl.UniqueID, dev, n, r int, p params, joined func()) (t timing, err error) {
-	comm, err := lib.InitRank(ctx, dev, id, n, r, &nccl.Config{Blocking: &p.blocking})
+	blocking := !p.nonBlocking
+	comm, err := lib.InitRank(ctx, dev, id, n, r, &nccl.Config{Blocking: &blocking})
 	joined() // every rank has read the id, or the job has failed
 	if err != nil {
 		return t, err

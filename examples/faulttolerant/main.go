@@ -39,6 +39,10 @@ import (
 	"github.com/gonccl/nccl/launch"
 )
 
+// nonBlocking is the config of the ranks: every call that waits on peers
+// (init, Shrink, Grow, Close) can then give up at its context's end.
+var nonBlocking = &nccl.Config{Blocking: new(bool)}
+
 const features = 16
 
 var (
@@ -194,7 +198,9 @@ func rankMain(lf *launch.Flags) error {
 		if err != nil {
 			return err
 		}
-		if comm, err = lib.InitRank(ctx, dev, id, 2, job.Rank, nil); err != nil {
+		// Non-blocking: Shrink and Grow then give up at their deadline too
+		// (a blocking call cannot be stopped inside NCCL).
+		if comm, err = lib.InitRank(ctx, dev, id, 2, job.Rank, nonBlocking); err != nil {
 			return err
 		}
 		launch.Cleanup(job, lf.Share())
@@ -209,7 +215,7 @@ func rankMain(lf *launch.Flags) error {
 		if err != nil {
 			return err
 		}
-		if comm, err = lib.GrowRank(ctx, dev, gid, 2, 1, nil); err != nil {
+		if comm, err = lib.GrowRank(ctx, dev, gid, 2, 1, nonBlocking); err != nil {
 			return err
 		}
 		if err := t.receiveState(ctx, comm); err != nil {

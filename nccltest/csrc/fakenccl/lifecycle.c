@@ -329,6 +329,10 @@ API ncclResult_t ncclCommInitAll(comm** comms, int ndev, const int* devlist) {
                 if (devlist[j] == devlist[i]) return fail(ncclInvalidUsage, "ncclCommInitAll: device %d listed twice", devlist[i]);
         }
     }
+    /* FAKENCCL_INIT_DELAY_US, a test's knob: NCCL's bootstrap and
+     * connection setup take their time inside the call. */
+    const char* delay = getenv("FAKENCCL_INIT_DELAY_US");
+    if (delay && atol(delay) > 0) usleep((useconds_t)atol(delay));
     pthread_mutex_lock(&g);
     uint64_t key = new_key();
     pthread_mutex_unlock(&g);
