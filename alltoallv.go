@@ -98,9 +98,9 @@ func (c *Comm) alltoallvNative(send, recv Buffer, m Layout, s Stream) error {
 	rc, rd := uintptr(unsafe.Pointer(&m.RecvCounts[0])), uintptr(unsafe.Pointer(&m.RecvDispls[0]))
 	var err error
 	if l.a2avABI == 10 {
-		err = c.stream(fnAlltoAllv, uintptr(send.ptr), sc, sd, uintptr(recv.ptr), rc, rd, 0, uintptr(recv.dt), 0, s.h)
+		err = c.ncclAlltoAllv10(send.ptr, sc, sd, recv.ptr, rc, rd, 0, recv.dt, s.h)
 	} else {
-		err = c.stream(fnAlltoAllv, uintptr(send.ptr), sc, sd, uintptr(recv.ptr), rc, rd, 0, 0, uintptr(recv.dt), 0, s.h)
+		err = c.ncclAlltoAllv11(send.ptr, sc, sd, recv.ptr, rc, rd, 0, 0, recv.dt, s.h)
 	}
 	l.unpinAfter(pin) // inside a group, NCCL reads them when it launches
 	return err

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
 )
@@ -251,10 +250,10 @@ func (c *Comm) free(sym int) error {
 		// ncclCommAbort completes the communicator's pending non-blocking
 		// group as a poll does (ncclCommEnsureReady): not beside one.
 		c.lib.pollMu.Lock()
-		err = c.lib.call(sym, c.h)
+		err = c.lib.ncclCommAbort(c.h)
 		c.lib.pollMu.Unlock()
 	} else {
-		err = c.lib.call(sym, c.h)
+		err = c.lib.ncclCommDestroy(c.h)
 	}
 	if isInProgress(err) { // a non-blocking destroy runs on; NCCL owns it now
 		err = nil
@@ -356,7 +355,7 @@ func (c *Comm) Close(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		err = c.lib.call(fnCommFinalize, h)
+		err = c.lib.ncclCommFinalize(h)
 		c.exit()
 		if isInProgress(err) {
 			err = c.waitReady(ctx, op, true)
@@ -501,7 +500,7 @@ func (c *Comm) asyncResult(op string, closing bool) (abi.Result, error) {
 // allocation.
 func (l *Library) pollAsync(h uintptr) (abi.Result, error) {
 	l.pollMu.Lock()
-	err := l.call(fnCommGetAsyncError, h, uintptr(unsafe.Pointer(&l.pollRes)))
+	err := l.ncclCommGetAsyncError(h, &l.pollRes)
 	r := abi.Result(l.pollRes)
 	l.pollMu.Unlock()
 	return r, err

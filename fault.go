@@ -46,7 +46,7 @@ func (c *Comm) Revoke(ctx context.Context) error {
 		return err
 	}
 	c.revoking.Store(true) // a Wait's revoke on its deadline now waits for this one
-	err = c.lib.call(fnCommRevoke, h, abi.RevokeDefault)
+	err = c.lib.ncclCommRevoke(h, abi.RevokeDefault)
 	c.exit()
 	if err != nil && !isInProgress(err) {
 		if !c.revoked.Load() {
@@ -113,7 +113,7 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int, cfg *Config, flags int
 		c.abortOnClose.Store(true)
 	}
 	return c.derive(ctx, op, cfg, 0, false, func(h, out, cfgPtr uintptr) error {
-		return c.lib.callPtr(fnCommShrink, h, uintptr(unsafe.Pointer(&list[0])), uintptr(len(list)), out, cfgPtr, uintptr(int32(flags)))
+		return c.lib.ncclCommShrink(h, &list[0], len(list), out, cfgPtr, flags)
 	})
 }
 
@@ -136,7 +136,7 @@ func (c *Comm) GrowID() (UniqueID, error) {
 		return id, err
 	}
 	p := new(UniqueID)
-	err = c.lib.callPtr(fnCommGetUniqueID, h, uintptr(unsafe.Pointer(p)))
+	err = c.lib.ncclCommGetUniqueId(h, p)
 	c.exit()
 	return *p, err
 }
@@ -164,7 +164,7 @@ func (c *Comm) Grow(ctx context.Context, nranks int, id *UniqueID, cfg *Config) 
 		*idp = *id
 	}
 	return c.derive(ctx, op, cfg, 0, false, func(h, out, cfgPtr uintptr) error {
-		return c.lib.callPtr(fnCommGrow, h, uintptr(nranks), uintptr(unsafe.Pointer(idp)), ^uintptr(0), out, cfgPtr)
+		return c.lib.ncclCommGrow(h, nranks, idp, -1, out, cfgPtr)
 	})
 }
 
@@ -183,7 +183,7 @@ func (l *Library) GrowRank(ctx context.Context, dev int, id UniqueID, nranks, ra
 	idp := new(UniqueID)
 	*idp = id
 	return l.initComm(ctx, op, dev, nranks, rank, cfg, cliqueKey(&id), func(h *uintptr, cfgPtr uintptr) error {
-		return l.callPtr(fnCommGrow, 0, uintptr(nranks), uintptr(unsafe.Pointer(idp)), uintptr(rank), uintptr(unsafe.Pointer(h)), cfgPtr)
+		return l.ncclCommGrow(0, nranks, idp, rank, uintptr(unsafe.Pointer(h)), cfgPtr)
 	})
 }
 
@@ -195,7 +195,7 @@ func (c *Comm) confirmDevice(op string) error {
 		return err
 	}
 	d := new(int32)
-	err = c.lib.callPtr(fnCommCuDevice, h, uintptr(unsafe.Pointer(d)))
+	err = c.lib.ncclCommCuDevice(h, d)
 	c.exit()
 	if err != nil {
 		return err

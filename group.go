@@ -211,8 +211,8 @@ func (l *Library) groupEnd(g *groupRec, mark int, ferr error) error {
 		// Calls that cannot be recorded opened NCCL's group: make it fail
 		// so that ncclGroupEnd discards it (NCCL refuses an operation on a
 		// NULL communicator and keeps the failure for the group).
-		l.call(fnAllReduce, 0, 0, 0, uintptr(Float32), uintptr(Sum), 0, 0)
-		l.call(fnGroupEnd)
+		l.ncclAllReduceOnNoComm()
+		l.ncclGroupEnd()
 	}
 	var inits []pendingInit
 	if len(g.inits) > 0 {
@@ -287,7 +287,7 @@ func (l *Library) joinNCCLGroup() error {
 	if g == nil || g.ncclOpen {
 		return nil
 	}
-	if err := l.call(fnGroupStart); err != nil {
+	if err := l.ncclGroupStart(); err != nil {
 		return err
 	}
 	g.ncclOpen = true
@@ -309,7 +309,7 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 	}
 	if err := admitAll(g.comms); err != nil {
 		if g.ncclOpen {
-			l.call(fnGroupEnd)
+			l.ncclGroupEnd()
 		}
 		return err
 	}
@@ -320,7 +320,7 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 				d.launching.Store(false)
 			}
 			if g.ncclOpen {
-				l.call(fnGroupEnd)
+				l.ncclGroupEnd()
 			}
 			return busyError("ncclGroupEnd")
 		}
@@ -334,7 +334,7 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 	}()
 	var err error
 	if !g.ncclOpen {
-		if err = l.call(fnGroupStart); err != nil {
+		if err = l.ncclGroupStart(); err != nil {
 			return err
 		}
 	}

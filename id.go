@@ -3,7 +3,6 @@ package nccl
 import (
 	"encoding/hex"
 	"fmt"
-	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
 )
@@ -23,7 +22,7 @@ func (l *Library) GetUniqueID() (UniqueID, error) {
 	if err := l.live("ncclGetUniqueId"); err != nil {
 		return id, err
 	}
-	err := l.callPtr(fnGetUniqueID, uintptr(unsafe.Pointer(&id)))
+	err := l.ncclGetUniqueId(&id)
 	return id, err
 }
 

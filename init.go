@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 	"sync/atomic"
 	"unsafe"
@@ -59,7 +58,7 @@ func (l *Library) InitRank(ctx context.Context, dev int, id UniqueID, nranks, ra
 		return nil, err
 	}
 	return l.initComm(ctx, op, dev, nranks, rank, cfg, cliqueKey(&id), func(h *uintptr, cfgPtr uintptr) error {
-		return l.structCall(fnCommInitRankConfig, 2, &id, uintptr(unsafe.Pointer(h)), uintptr(nranks), uintptr(rank), cfgPtr)
+		return l.ncclCommInitRankConfig(h, nranks, &id, rank, cfgPtr)
 	})
 }
 
@@ -77,10 +76,7 @@ func (l *Library) InitRankScalable(ctx context.Context, dev int, ids []UniqueID,
 		return nil, argError(op, "%d ids for %d ranks: want 1 to nranks", len(ids), nranks)
 	}
 	return l.initComm(ctx, op, dev, nranks, rank, cfg, cliqueKey(&ids[0]), func(h *uintptr, cfgPtr uintptr) error {
-		err := l.callPtr(fnCommInitRankScalable, uintptr(unsafe.Pointer(h)), uintptr(nranks), uintptr(rank),
-			uintptr(len(ids)), uintptr(unsafe.Pointer(&ids[0])), cfgPtr)
-		runtime.KeepAlive(ids)
-		return err
+		return l.ncclCommInitRankScalable(h, nranks, rank, len(ids), &ids[0], cfgPtr)
 	})
 }
 
@@ -153,7 +149,7 @@ func (l *Library) makeComm(op string, dev, nranks, rank int, cfg *Config, blocki
 		var h uintptr
 		if err = call(&h, ptr); err != nil && !isInProgress(err) {
 			if h != 0 { // NCCL made the communicator before failing: free it
-				l.call(fnCommAbort, h)
+				l.ncclCommAbort(h)
 			}
 			buf.free()
 			return err
@@ -279,7 +275,7 @@ func (l *Library) initAll(ctx context.Context, devs []int, cfg *Config) ([]*Comm
 	for i, d := range devs {
 		ds[i] = int32(d)
 	}
-	if err := l.callPtr(fnCommInitAll, uintptr(unsafe.Pointer(&hs[0])), uintptr(len(devs)), uintptr(unsafe.Pointer(&ds[0]))); err != nil {
+	if err := l.ncclCommInitAll(&hs[0], len(devs), &ds[0]); err != nil {
 		return nil, err
 	}
 	comms := make([]*Comm, len(devs))
@@ -315,7 +311,7 @@ func (l *Library) initAllGrouped(ctx context.Context, devs []int, cfg *Config) (
 					return err
 				}
 				var h uintptr
-				err = l.structCall(fnCommInitRankConfig, 2, &id, uintptr(unsafe.Pointer(&h)), uintptr(n), uintptr(i), ptr)
+				err = l.ncclCommInitRankConfig(&h, n, &id, i, ptr)
 				if err != nil && !isInProgress(err) {
 					buf.free()
 					return err
@@ -367,7 +363,7 @@ func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (*Comm, e
 		return nil, argError(op, "key %d is not a C int", key)
 	}
 	return c.derive(ctx, op, cfg, color, color == SplitNoColor, func(h, out, cfgPtr uintptr) error {
-		return l.callPtr(fnCommSplit, h, uintptr(int32(color)), uintptr(int32(key)), out, cfgPtr)
+		return l.ncclCommSplit(h, color, key, out, cfgPtr)
 	})
 }
 
@@ -420,7 +416,7 @@ func (c *Comm) derive(ctx context.Context, op string, cfg *Config, color int, no
 	nh := atomic.LoadUintptr(out)
 	if err != nil || nh == 0 {
 		if nh != 0 {
-			l.call(fnCommAbort, nh)
+			l.ncclCommAbort(nh)
 		}
 		buf.free()
 		if err == nil && !none {
@@ -451,10 +447,10 @@ func (c *Comm) readShape() error {
 	}
 	defer c.exit()
 	var n, r int32
-	if err := c.lib.callPtr(fnCommCount, h, uintptr(unsafe.Pointer(&n))); err != nil {
+	if err := c.lib.ncclCommCount(h, &n); err != nil {
 		return err
 	}
-	if err := c.lib.callPtr(fnCommUserRank, h, uintptr(unsafe.Pointer(&r))); err != nil {
+	if err := c.lib.ncclCommUserRank(h, &r); err != nil {
 		return err
 	}
 	c.nranks, c.rank = int(n), int(r)

@@ -208,14 +208,14 @@ func (l *Library) ErrorString(r Result) string {
 	if l.fn[fnGetErrorString] == 0 {
 		return r.String()
 	}
-	return ccall.GoString(ccall.Call(l.fn[fnGetErrorString], uintptr(r)))
+	return ccall.GoString(l.ncclGetErrorString(r))
 }
 
 // LastError is NCCL's text for the last failure in the process (ncclGetLastError).
 // NCCL keeps one buffer for the whole process: a failure on another goroutine
 // may have replaced it.
 func (l *Library) LastError() string {
-	return ccall.GoString(ccall.Call(l.fn[fnGetLastError], 0))
+	return ccall.GoString(l.ncclGetLastError())
 }
 
 // call runs an NCCL function with arguments that hold no Go pointers and turns its

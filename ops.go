@@ -36,7 +36,7 @@ func (c *Comm) AllReduce(send, recv Buffer, op RedOp, s Stream) error {
 	if err != nil {
 		return err
 	}
-	return c.stream(fnAllReduce, uintptr(send.ptr), uintptr(recv.ptr), uintptr(recv.n), uintptr(recv.dt), uintptr(op), 0, s.h)
+	return c.ncclAllReduce(send.ptr, recv.ptr, recv.n, recv.dt, op, s.h)
 }
 
 // Broadcast copies root's send into every rank's recv. send is read on root
@@ -62,7 +62,7 @@ func (c *Comm) Broadcast(send, recv Buffer, root int, s Stream) error {
 	if c.rank != root {
 		send.ptr = recv.ptr
 	}
-	return c.stream(fnBroadcast, uintptr(send.ptr), uintptr(recv.ptr), uintptr(recv.n), uintptr(recv.dt), uintptr(int32(root)), 0, s.h)
+	return c.ncclBroadcast(send.ptr, recv.ptr, recv.n, recv.dt, root, s.h)
 }
 
 // Reduce reduces send across ranks into root's recv. Other ranks may pass the
@@ -95,7 +95,7 @@ func (c *Comm) Reduce(send, recv Buffer, op RedOp, root int, s Stream) error {
 	if c.rank != root {
 		recv.ptr = send.ptr
 	}
-	return c.stream(fnReduce, uintptr(send.ptr), uintptr(recv.ptr), uintptr(send.n), uintptr(send.dt), uintptr(op), uintptr(int32(root)), 0, s.h)
+	return c.ncclReduce(send.ptr, recv.ptr, send.n, send.dt, op, root, s.h)
 }
 
 // AllGather gathers every rank's send into recv, which holds Size()×send.Len()
@@ -114,7 +114,7 @@ func (c *Comm) AllGather(send, recv Buffer, s Stream) error {
 			return err
 		}
 	}
-	return c.stream(fnAllGather, uintptr(send.ptr), uintptr(recv.ptr), uintptr(send.n), uintptr(send.dt), 0, s.h)
+	return c.ncclAllGather(send.ptr, recv.ptr, send.n, send.dt, s.h)
 }
 
 // ReduceScatter reduces send (Size()×recv.Len() elements) across ranks and
@@ -139,7 +139,7 @@ func (c *Comm) ReduceScatter(send, recv Buffer, op RedOp, s Stream) error {
 	if err != nil {
 		return err
 	}
-	return c.stream(fnReduceScatter, uintptr(send.ptr), uintptr(recv.ptr), uintptr(recv.n), uintptr(recv.dt), uintptr(op), 0, s.h)
+	return c.ncclReduceScatter(send.ptr, recv.ptr, recv.n, recv.dt, op, s.h)
 }
 
 // Send sends buf to peer, which posts a Recv of the same length and type. A
@@ -157,7 +157,7 @@ func (c *Comm) Send(buf Buffer, peer int, s Stream) error {
 			return err
 		}
 	}
-	return c.stream(fnSend, uintptr(buf.ptr), uintptr(buf.n), uintptr(buf.dt), uintptr(int32(peer)), 0, s.h)
+	return c.ncclSend(buf.ptr, buf.n, buf.dt, peer, s.h)
 }
 
 // Recv receives into buf from peer.
@@ -174,7 +174,7 @@ func (c *Comm) Recv(buf Buffer, peer int, s Stream) error {
 			return err
 		}
 	}
-	return c.stream(fnRecv, uintptr(buf.ptr), uintptr(buf.n), uintptr(buf.dt), uintptr(int32(peer)), 0, s.h)
+	return c.ncclRecv(buf.ptr, buf.n, buf.dt, peer, s.h)
 }
 
 // AlltoAll sends block j of send to rank j and receives rank j's block into
@@ -201,7 +201,7 @@ func (c *Comm) AlltoAll(send, recv Buffer, s Stream) error {
 		return err
 	}
 	if native {
-		return c.stream(fnAlltoAll, uintptr(send.ptr), uintptr(recv.ptr), uintptr(k), uintptr(send.dt), 0, s.h)
+		return c.ncclAlltoAll(send.ptr, recv.ptr, k, send.dt, s.h)
 	}
 	g, mark, err := c.lib.groupBegin()
 	if err != nil {
@@ -245,7 +245,7 @@ func (c *Comm) Gather(send, recv Buffer, root int, s Stream) error {
 		return err
 	}
 	if native {
-		return c.stream(fnGather, uintptr(send.ptr), uintptr(recv.ptr), uintptr(k), uintptr(send.dt), uintptr(int32(root)), 0, s.h)
+		return c.ncclGather(send.ptr, recv.ptr, k, send.dt, root, s.h)
 	}
 	g, mark, err := c.lib.groupBegin()
 	if err != nil {
@@ -290,7 +290,7 @@ func (c *Comm) Scatter(send, recv Buffer, root int, s Stream) error {
 		return err
 	}
 	if native {
-		return c.stream(fnScatter, uintptr(send.ptr), uintptr(recv.ptr), uintptr(k), uintptr(recv.dt), uintptr(int32(root)), 0, s.h)
+		return c.ncclScatter(send.ptr, recv.ptr, k, recv.dt, root, s.h)
 	}
 	g, mark, err := c.lib.groupBegin()
 	if err != nil {

@@ -36,7 +36,7 @@ func (l *Library) BindParam(key string) (ParamHandle, error) {
 	}
 	k := append([]byte(key), 0)
 	h := new(uintptr)
-	if err := l.callPtr(fnParamBind, uintptr(unsafe.Pointer(h)), uintptr(unsafe.Pointer(&k[0]))); err != nil {
+	if err := l.ncclParamBind(h, &k[0]); err != nil {
 		return ParamHandle{}, err
 	}
 	return ParamHandle{lib: l, h: *h, key: key}, nil
@@ -73,7 +73,7 @@ func ParamValue[T ParamInt](p ParamHandle) (T, error) {
 		return v, argError(ncclSymbols[sym].name, "unbound parameter")
 	}
 	out := new(T)
-	err := p.lib.callPtr(sym, p.h, uintptr(unsafe.Pointer(out)))
+	err := p.lib.ncclParamGetInt(sym, p.h, unsafe.Pointer(out))
 	return *out, err
 }
 
@@ -90,7 +90,7 @@ func (p ParamHandle) Str() (string, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	s := new(uintptr)
-	if err := p.lib.callPtr(fnParamGetStr, p.h, uintptr(unsafe.Pointer(s))); err != nil {
+	if err := p.lib.ncclParamGetStr(p.h, s); err != nil {
 		return "", err
 	}
 	return ccall.GoString(*s), nil
@@ -106,7 +106,7 @@ func (l *Library) Param(key string) (string, error) {
 	defer runtime.UnlockOSThread()
 	v := new(uintptr)
 	n := new(int32)
-	if err := l.callPtr(fnParamGetParameter, uintptr(unsafe.Pointer(&k[0])), uintptr(unsafe.Pointer(v)), uintptr(unsafe.Pointer(n))); err != nil {
+	if err := l.ncclParamGetParameter(&k[0], v, n); err != nil {
 		return "", err
 	}
 	return ccall.GoString(*v), nil
@@ -122,7 +122,7 @@ func (l *Library) ParamKeys() ([]string, error) {
 	defer runtime.UnlockOSThread()
 	table := new(uintptr)
 	n := new(int32)
-	if err := l.callPtr(fnParamGetAllParameterKeys, uintptr(unsafe.Pointer(table)), uintptr(unsafe.Pointer(n))); err != nil {
+	if err := l.ncclParamGetAllParameterKeys(table, n); err != nil {
 		return nil, err
 	}
 	if *table == 0 || *n <= 0 {

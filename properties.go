@@ -68,7 +68,7 @@ func (c *Comm) Properties() (Properties, error) {
 	if err != nil {
 		return Properties{}, err
 	}
-	err = c.lib.callPtr(fnCommQueryProperties, h, uintptr(unsafe.Pointer(buf)))
+	err = c.lib.ncclCommQueryProperties(h, unsafe.Pointer(buf))
 	c.exit()
 	if err != nil {
 		return Properties{}, err

@@ -36,7 +36,7 @@ func (c *Comm) Register(b Buffer) (Registration, error) {
 		return Registration{}, err
 	}
 	r := new(uintptr) // a non-blocking communicator may fill it in later
-	err = c.lib.callPtr(fnCommRegister, h, uintptr(b.ptr), uintptr(b.Size()), uintptr(unsafe.Pointer(r)))
+	err = c.lib.ncclCommRegister(h, b.ptr, uintptr(b.Size()), r)
 	c.exit()
 	if err = c.settled(op, err); err != nil {
 		c.keep(r)
@@ -61,7 +61,7 @@ func (c *Comm) Deregister(r Registration) error {
 	if err != nil {
 		return err
 	}
-	err = c.lib.call(fnCommDeregister, h, r.h)
+	err = c.lib.ncclCommDeregister(h, r.h)
 	c.exit()
 	return c.settled(op, err)
 }
@@ -101,7 +101,7 @@ func (c *Comm) registerWindow(p DevicePtr, size, flags int) (Window, error) {
 		return Window{}, err
 	}
 	w := new(uintptr) // a non-blocking communicator fills it in when the registration is done
-	err = c.lib.callPtr(fnCommWindowRegister, h, uintptr(p), uintptr(size), uintptr(unsafe.Pointer(w)), uintptr(int32(flags)))
+	err = c.lib.ncclCommWindowRegister(h, DevicePtr(p), uintptr(size), w, int32(flags))
 	c.exit()
 	if err = c.settled(op, err); err != nil {
 		c.keep(w)
@@ -164,7 +164,7 @@ func (c *Comm) DeregisterWindow(w Window) error {
 	if err != nil {
 		return err
 	}
-	err = c.lib.call(fnCommWindowDeregister, h, w.h)
+	err = c.lib.ncclCommWindowDeregister(h, w.h)
 	c.exit()
 	if err = c.settled(op, err); err == nil {
 		c.winMu.Lock()
@@ -197,15 +197,13 @@ func (l *Library) MemAlloc(dev int, dt DataType, n int) (Buffer, error) {
 }
 
 func (l *Library) memAlloc(dev, size int) (DevicePtr, error) {
-	var p uintptr
-	err := l.onDevice("ncclMemAlloc", dev, func() error {
-		return l.callPtr(fnMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size))
-	})
-	return DevicePtr(p), err
+	var p DevicePtr
+	err := l.onDevice("ncclMemAlloc", dev, func() error { return l.ncclMemAlloc(&p, uintptr(size)) })
+	return p, err
 }
 
 func (l *Library) memFree(dev int, p DevicePtr) error {
-	return l.onDevice("ncclMemFree", dev, func() error { return l.call(fnMemFree, uintptr(p)) })
+	return l.onDevice("ncclMemFree", dev, func() error { return l.ncclMemFree(p) })
 }
 
 // AllocSymmetric allocates n elements of dt with ncclMemAlloc on the
@@ -286,8 +284,8 @@ func (c *Comm) createPreMulSum(scalar uintptr, dt DataType, res abi.ScalarReside
 	if err != nil {
 		return 0, err
 	}
-	var r int32
-	err = c.lib.callPtr(fnRedOpCreatePreMulSum, uintptr(unsafe.Pointer(&r)), scalar, uintptr(dt), uintptr(res), h)
+	var r RedOp
+	err = c.lib.ncclRedOpCreatePreMulSum(&r, scalar, dt, int32(res), h)
 	c.exit()
 	if err = c.settled(op, err); err != nil {
 		return 0, err
@@ -322,7 +320,7 @@ func (c *Comm) DestroyRedOp(op RedOp) error {
 	if err != nil {
 		return err
 	}
-	err = c.lib.call(fnRedOpDestroy, uintptr(op), h)
+	err = c.lib.ncclRedOpDestroy(op, h)
 	c.exit()
 	if err = c.settled(name, err); err == nil {
 		c.opsMu.Lock()

@@ -59,8 +59,7 @@ func (c *Comm) PutSignal(src Buffer, peer int, win Window, offset int, s Stream)
 	case !c.inSymmetricWindow(uintptr(src.ptr), bytes):
 		return argError(name, "src is not inside a symmetric window of this communicator (AllocSymmetric, or RegisterWindow with WinCollSymmetric)")
 	}
-	return c.stream(fnPutSignal, uintptr(src.ptr), uintptr(src.n), uintptr(src.dt), uintptr(int32(peer)), win.h, uintptr(offset),
-		0, 0, 0, 0, s.h)
+	return c.ncclPutSignal(src.ptr, src.n, src.dt, peer, win.h, uintptr(offset), 0, 0, 0, s.h)
 }
 
 // Signal signals peer without moving data (ncclSignal, signal index 0,
@@ -79,7 +78,7 @@ func (c *Comm) Signal(peer int, s Stream) error {
 	if err := c.checkStream(name, s); err != nil {
 		return err
 	}
-	return c.stream(fnSignal, uintptr(int32(peer)), 0, 0, 0, 0, s.h)
+	return c.ncclSignal(peer, 0, 0, 0, s.h)
 }
 
 // WaitSignal makes s wait until the signals waits describe have arrived, and
@@ -120,7 +119,7 @@ func (c *Comm) WaitSignal(waits []WaitSignalDesc, s Stream) error {
 	// when the group launches: pinned until then.
 	pin := c.lib.pinner()
 	pin.Pin(&waits[0])
-	err := c.stream(fnWaitSignal, uintptr(len(waits)), uintptr(unsafe.Pointer(&waits[0])), 0, s.h)
+	err := c.ncclWaitSignal(len(waits), unsafe.Pointer(&waits[0]), s.h)
 	c.lib.unpinAfter(pin)
 	return err
 }
@@ -154,7 +153,7 @@ func (c *Comm) WindowAddress(w Window) (DevicePtr, error) {
 		return 0, err
 	}
 	p := new(uintptr)
-	err = c.lib.callPtr(fnWinGetUserPtr, h, w.h, uintptr(unsafe.Pointer(p)))
+	err = c.lib.ncclWinGetUserPtr(h, w.h, p)
 	c.exit()
 	return DevicePtr(*p), err
 }

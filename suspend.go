@@ -1,8 +1,6 @@
 package nccl
 
 import (
-	"unsafe"
-
 	"github.com/gonccl/nccl/abi"
 )
 
@@ -28,7 +26,7 @@ func (c *Comm) Suspend(flags int) error {
 	if err != nil {
 		return err
 	}
-	err = c.lib.call(fnCommSuspend, h, uintptr(int32(flags)))
+	err = c.lib.ncclCommSuspend(h, int32(flags))
 	c.exit()
 	return c.settled(op, err)
 }
@@ -46,7 +44,7 @@ func (c *Comm) Resume() error {
 	if err != nil {
 		return err
 	}
-	err = c.lib.call(fnCommResume, h)
+	err = c.lib.ncclCommResume(h)
 	c.exit()
 	return c.settled(op, err)
 }
@@ -86,7 +84,7 @@ func (c *Comm) MemStats() (MemStats, error) {
 	defer c.exit()
 	v := new([4]uint64)
 	for stat := range v {
-		if err := c.lib.callPtr(fnCommMemStats, h, uintptr(stat), uintptr(unsafe.Pointer(&v[stat]))); err != nil {
+		if err := c.lib.ncclCommMemStats(h, int32(stat), &v[stat]); err != nil {
 			return MemStats{}, err
 		}
 	}

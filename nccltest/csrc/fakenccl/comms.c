@@ -1,5 +1,14 @@
 /* fakenccl: cliques and communicators, groups, calls inside the library, non-blocking jobs. Part of fakenccl.c, which includes it: not compiled alone. */
 
+/* sleep_us sleeps us microseconds in full: the Go runtime's signals
+ * (preemption) end a plain usleep early, which made the tests' delay knobs
+ * flaky under load. */
+static void sleep_us(long us) {
+    struct timespec left = {us / 1000000, (us % 1000000) * 1000};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+}
+
 /* ---- cliques and communicators ---- */
 
 #define SLOTS 64
@@ -301,7 +310,7 @@ API void fakenccl_set_call_delay_us(long us) { __atomic_store_n(&call_delay_us, 
  * meanwhile is the use-after-free real NCCL would not survive. */
 static void inside_call(comm* c, const char* fn) {
     long us = __atomic_load_n(&call_delay_us, __ATOMIC_RELAXED);
-    if (us > 0) usleep(us);
+    if (us > 0) sleep_us(us);
     if (c && c->magic == DEAD_MAGIC) {
         fprintf(stderr, "fakenccl: %s: communicator %p freed while the call was inside the library\n", fn, (void*)c);
         abort();
@@ -400,7 +409,7 @@ static void release_begin(comm* c, int how) {
     releasing_now++;
     pthread_mutex_unlock(&g);
     long us = __atomic_load_n(&abort_delay_us, __ATOMIC_RELAXED);
-    if (us > 0) usleep(us);
+    if (us > 0) sleep_us(us);
 }
 
 static void release_end(comm* c) {
@@ -473,7 +482,7 @@ static void job_complete(comm* c) {
             "thread completed the same job on a communicator of its group; poll a group's communicators from one "
             "thread", c->rank, (void*)c);
     long us = __atomic_load_n(&complete_window_us, __ATOMIC_RELAXED);
-    if (us > 0) usleep(us);
+    if (us > 0) sleep_us(us);
     pthread_mutex_lock(&g);
     j->completing--;
     if (c->job == j) {

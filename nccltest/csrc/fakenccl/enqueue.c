@@ -347,7 +347,7 @@ static void* launch_later(void* p) {
     name_thread("fakenccl-launch");
     nbgroup* b = p;
     const char* d = getenv("FAKENCCL_LAUNCH_DELAY_US");
-    if (d && atol(d) > 0) usleep((useconds_t)atol(d));
+    if (d && atol(d) > 0) sleep_us(atol(d));
     pthread_mutex_lock(&g);
     int stop = 0;
     for (int i = 0; i < b->n; i++) stop |= b->members[i]->aborted;

@@ -332,7 +332,7 @@ API ncclResult_t ncclCommInitAll(comm** comms, int ndev, const int* devlist) {
     /* FAKENCCL_INIT_DELAY_US, a test's knob: NCCL's bootstrap and
      * connection setup take their time inside the call. */
     const char* delay = getenv("FAKENCCL_INIT_DELAY_US");
-    if (delay && atol(delay) > 0) usleep((useconds_t)atol(delay));
+    if (delay && atol(delay) > 0) sleep_us(atol(delay));
     pthread_mutex_lock(&g);
     uint64_t key = new_key();
     pthread_mutex_unlock(&g);
