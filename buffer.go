@@ -98,17 +98,17 @@ func (cu *CUDA) Alloc(dev int, dt DataType, n int) (Buffer, error) {
 	if err := checkDevice(op, dev); err != nil {
 		return Buffer{}, err
 	}
-	var p uintptr
+	var p DevicePtr
 	err = cu.OnDevice(dev, func() error {
 		if err := cu.refuseHere(op); err != nil { // CUDA forbids cudaMalloc on a capturing thread
 			return err
 		}
-		return cu.callPtr(cuMalloc, uintptr(unsafe.Pointer(&p)), uintptr(size))
+		return cu.cudaMalloc(&p, uintptr(size))
 	})
 	if err != nil {
 		return Buffer{}, err
 	}
-	return Buffer{ptr: DevicePtr(p), n: n, dt: dt, mem: &allocation{n: n, cu: cu, dev: dev, base: DevicePtr(p), size: size, kind: allocCUDA}}, nil
+	return Buffer{ptr: p, n: n, dt: dt, mem: &allocation{n: n, cu: cu, dev: dev, base: p, size: size, kind: allocCUDA}}, nil
 }
 
 // Wrap describes memory allocated elsewhere: n elements of dt at ptr on device
@@ -168,7 +168,7 @@ func (b Buffer) Free() error {
 	}
 	switch m.kind {
 	case allocCUDA:
-		return m.cu.OnDevice(m.dev, func() error { return m.cu.call(cuFree, uintptr(m.base)) })
+		return m.cu.OnDevice(m.dev, func() error { return m.cu.cudaFree(m.base) })
 	case allocSymmetric:
 		err := m.comm.DeregisterWindow(Window{h: m.win, comm: m.comm})
 		if ferr := m.lib.memFree(m.dev, m.base); err == nil {
@@ -239,10 +239,10 @@ func (b Buffer) Memset(v byte) error {
 		return err
 	}
 	return cu.OnDevice(b.mem.dev, func() error {
-		if err := cu.call(cuMemset, uintptr(b.ptr), uintptr(v), uintptr(b.Size())); err != nil {
+		if err := cu.cudaMemset(b.ptr, int32(v), uintptr(b.Size())); err != nil {
 			return err
 		}
-		return cu.call(cuStreamSynchronize, 0)
+		return cu.cudaStreamSynchronize(0)
 	})
 }
 
@@ -257,9 +257,9 @@ func (b Buffer) MemsetAsync(v byte, s Stream) error {
 		return destroyedStream(op)
 	}
 	if s.h == 0 && s.cu != nil { // the legacy stream of s's device, not the thread's current one
-		return cu.OnDevice(s.dev, func() error { return cu.call(cuMemsetAsync, uintptr(b.ptr), uintptr(v), uintptr(b.Size()), 0) })
+		return cu.OnDevice(s.dev, func() error { return cu.cudaMemsetAsync(b.ptr, int32(v), uintptr(b.Size()), 0) })
 	}
-	return cu.call(cuMemsetAsync, uintptr(b.ptr), uintptr(v), uintptr(b.Size()), s.h)
+	return cu.cudaMemsetAsync(b.ptr, int32(v), uintptr(b.Size()), s.h)
 }
 
 // CopyIn copies host into the start of b, whose type must be T's, and returns

@@ -44,7 +44,7 @@ func (cu *CUDA) HostRegister(p []byte, flags HostRegisterFlags) error {
 	if err := cu.refuseHere(op); err != nil {
 		return err
 	}
-	return cu.call(cuHostRegister, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), uintptr(flags))
+	return cu.cudaHostRegister(unsafe.Pointer(&p[0]), uintptr(len(p)), flags)
 }
 
 // HostUnregister unregisters memory registered by HostRegister; p starts where
@@ -57,7 +57,7 @@ func (cu *CUDA) HostUnregister(p []byte) error {
 	if err := cu.refuseHere(op); err != nil {
 		return err
 	}
-	return cu.call(cuHostUnregister, uintptr(unsafe.Pointer(&p[0])))
+	return cu.cudaHostUnregister(unsafe.Pointer(&p[0]))
 }
 
 // DeviceAttr is cudaDeviceAttr: what DeviceAttribute reads.
@@ -86,7 +86,7 @@ func (cu *CUDA) DeviceAttribute(dev int, a DeviceAttr) (int, error) {
 		return 0, err
 	}
 	var v int32
-	err := cu.callPtr(cuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), uintptr(dev))
+	err := cu.cudaDeviceGetAttribute(&v, a, dev)
 	return int(v), err
 }
 
@@ -115,7 +115,7 @@ func (cu *CUDA) CanAccessPeer(dev, peer int) (bool, error) {
 		return false, err
 	}
 	var can int32
-	err := cu.callPtr(cuDeviceCanAccessPeer, uintptr(unsafe.Pointer(&can)), uintptr(dev), uintptr(peer))
+	err := cu.cudaDeviceCanAccessPeer(&can, dev, peer)
 	return can != 0, err
 }
 
@@ -133,7 +133,7 @@ func (cu *CUDA) EnablePeerAccess(dev, peer int) error {
 		return argError(op, "device %d cannot be its own peer", dev)
 	}
 	return cu.OnDevice(dev, func() error {
-		err := cu.call(cuDeviceEnablePeerAccess, uintptr(peer), 0)
+		err := cu.cudaDeviceEnablePeerAccess(peer)
 		if e, ok := err.(*CUDAError); ok && e.Code == CUDAErrorPeerAccessAlreadyEnabled {
 			return nil // failure already cleared the thread's last error
 		}
@@ -148,16 +148,14 @@ func (cu *CUDA) DisablePeerAccess(dev, peer int) error {
 	if err := checkInt32(op, "peer", peer, 0); err != nil {
 		return err
 	}
-	return cu.OnDevice(dev, func() error { return cu.call(cuDeviceDisablePeerAccess, uintptr(peer)) })
+	return cu.OnDevice(dev, func() error { return cu.cudaDeviceDisablePeerAccess(peer) })
 }
 
 // StreamPriorityRange is device dev's range of stream priorities: least is the
 // lowest priority (0), greatest the highest, a smaller number (-5 on an H100).
 func (cu *CUDA) StreamPriorityRange(dev int) (least, greatest int, err error) {
 	var l, g int32
-	err = cu.OnDevice(dev, func() error {
-		return cu.callPtr(cuDeviceGetStreamPriorityRange, uintptr(unsafe.Pointer(&l)), uintptr(unsafe.Pointer(&g)))
-	})
+	err = cu.OnDevice(dev, func() error { return cu.cudaDeviceGetStreamPriorityRange(&l, &g) })
 	return int(l), int(g), err
 }
 
@@ -170,9 +168,7 @@ func (cu *CUDA) NewStreamWithPriority(dev int, flags StreamFlags, priority int) 
 		return Stream{}, argError(op, "priority %d is not a C int", priority)
 	}
 	var h uintptr
-	err := cu.OnDevice(dev, func() error {
-		return cu.callPtr(cuStreamCreateWithPriority, uintptr(unsafe.Pointer(&h)), uintptr(flags), uintptr(int32(priority)))
-	})
+	err := cu.OnDevice(dev, func() error { return cu.cudaStreamCreateWithPriority(&h, flags, priority) })
 	return Stream{cu: cu, h: h, dev: dev, life: new(streamLife)}, err
 }
 
@@ -185,9 +181,9 @@ func (s Stream) Priority() (int, error) {
 	}
 	var p int32
 	if s.h == 0 {
-		err = cu.OnDevice(s.dev, func() error { return cu.callPtr(cuStreamGetPriority, 0, uintptr(unsafe.Pointer(&p))) })
+		err = cu.OnDevice(s.dev, func() error { return cu.cudaStreamGetPriority(0, &p) })
 	} else {
-		err = cu.callPtr(cuStreamGetPriority, s.h, uintptr(unsafe.Pointer(&p)))
+		err = cu.cudaStreamGetPriority(s.h, &p)
 	}
 	return int(p), err
 }
@@ -215,8 +211,8 @@ func (cu *CUDA) MallocAsync(dt DataType, n int, s Stream) (Buffer, error) {
 	if err := cu.refuseStream(op, s.h, s.dev); err != nil {
 		return Buffer{}, err
 	}
-	var p uintptr
-	alloc := func() error { return cu.callPtr(cuMallocAsync, uintptr(unsafe.Pointer(&p)), uintptr(size), s.h) }
+	var p DevicePtr
+	alloc := func() error { return cu.cudaMallocAsync(&p, uintptr(size), s.h) }
 	if s.h == 0 { // the legacy stream of s's device
 		err = cu.OnDevice(s.dev, alloc)
 	} else {
@@ -225,7 +221,7 @@ func (cu *CUDA) MallocAsync(dt DataType, n int, s Stream) (Buffer, error) {
 	if err != nil {
 		return Buffer{}, err
 	}
-	return Buffer{ptr: DevicePtr(p), n: n, dt: dt, mem: &allocation{n: n, cu: cu, dev: s.dev, base: DevicePtr(p), size: size, kind: allocStream, stream: s.h}}, nil
+	return Buffer{ptr: p, n: n, dt: dt, mem: &allocation{n: n, cu: cu, dev: s.dev, base: p, size: size, kind: allocStream, stream: s.h}}, nil
 }
 
 // FreeAsync frees memory from MallocAsync in stream order on s, a stream of
@@ -256,9 +252,9 @@ func (b Buffer) FreeAsync(s Stream) error {
 	}
 	var err error
 	if s.h == 0 {
-		err = m.cu.OnDevice(s.dev, func() error { return m.cu.call(cuFreeAsync, uintptr(m.base), 0) })
+		err = m.cu.OnDevice(s.dev, func() error { return m.cu.cudaFreeAsync(m.base, 0) })
 	} else {
-		err = m.cu.call(cuFreeAsync, uintptr(m.base), s.h)
+		err = m.cu.cudaFreeAsync(m.base, s.h)
 	}
 	if err != nil {
 		m.freed.Store(false) // not freed: it may be freed again (on a live stream)

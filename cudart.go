@@ -55,7 +55,7 @@ func (cu *CUDA) callPtr(sym int, args ...uintptr) error {
 
 func (cu *CUDA) failure(sym int, r abi.CudaError) error {
 	// Clear the thread's last error, as cudaGetLastError would be expected to.
-	ccall.Call(cu.fn[cuGetLastError])
+	cu.cudaGetLastError()
 	e := &CUDAError{Op: cudaSymbols[sym].name, Code: r, Msg: cu.ErrorString(r)}
 	if r >= CUDAErrorStreamCaptureUnsupported && r <= CUDAErrorStreamCaptureWrongThread {
 		// CUDA's own refusal of a call during a capture (one gonccl did not
@@ -82,25 +82,25 @@ func (cu *CUDA) has(sym int) bool { return cu.fn[sym] != 0 }
 
 // ErrorName is cudaGetErrorName ("cudaErrorInvalidValue").
 func (cu *CUDA) ErrorName(e CUDAErrorCode) string {
-	return ccall.GoString(ccall.Call(cu.fn[cuGetErrorName], uintptr(e)))
+	return ccall.GoString(cu.cudaGetErrorName(e))
 }
 
 // ErrorString is cudaGetErrorString ("invalid argument").
 func (cu *CUDA) ErrorString(e CUDAErrorCode) string {
-	return ccall.GoString(ccall.Call(cu.fn[cuGetErrorString], uintptr(e)))
+	return ccall.GoString(cu.cudaGetErrorString(e))
 }
 
 // RuntimeVersion is cudaRuntimeGetVersion's code (12040 for 12.4).
 func (cu *CUDA) RuntimeVersion() (int, error) {
 	var v int32
-	err := cu.callPtr(cuRuntimeGetVersion, uintptr(unsafe.Pointer(&v)))
+	err := cu.cudaRuntimeGetVersion(&v)
 	return int(v), err
 }
 
 // DriverVersion is cudaDriverGetVersion's code; 0 when no driver is installed.
 func (cu *CUDA) DriverVersion() (int, error) {
 	var v int32
-	err := cu.callPtr(cuDriverGetVersion, uintptr(unsafe.Pointer(&v)))
+	err := cu.cudaDriverGetVersion(&v)
 	return int(v), err
 }
 
@@ -108,7 +108,7 @@ func (cu *CUDA) DriverVersion() (int, error) {
 // matching ErrNoDevice.
 func (cu *CUDA) DeviceCount() (int, error) {
 	var n int32
-	err := cu.callPtr(cuGetDeviceCount, uintptr(unsafe.Pointer(&n)))
+	err := cu.cudaGetDeviceCount(&n)
 	return int(n), err
 }
 
@@ -121,14 +121,14 @@ func (cu *CUDA) OnDevice(dev int, fn func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var prev int32
-	if err := cu.callPtr(cuGetDevice, uintptr(unsafe.Pointer(&prev))); err != nil {
+	if err := cu.cudaGetDevice(&prev); err != nil {
 		return err
 	}
 	if int(prev) != dev {
-		if err := cu.call(cuSetDevice, uintptr(dev)); err != nil {
+		if err := cu.cudaSetDevice(dev); err != nil {
 			return cu.noSuchDevice(dev, err)
 		}
-		defer cu.call(cuSetDevice, uintptr(prev))
+		defer cu.cudaSetDevice(int(prev))
 	}
 	return fn()
 }
@@ -159,15 +159,13 @@ func (cu *CUDA) DeviceSynchronize(dev int) error {
 	if err := cu.refuseDevice("cudaDeviceSynchronize", dev); err != nil {
 		return err
 	}
-	return cu.OnDevice(dev, func() error { return cu.call(cuDeviceSynchronize) })
+	return cu.OnDevice(dev, func() error { return cu.cudaDeviceSynchronize() })
 }
 
 // MemGetInfo is device dev's free and total memory in bytes (cudaMemGetInfo).
 func (cu *CUDA) MemGetInfo(dev int) (free, total int, err error) {
 	var f, t uintptr
-	err = cu.OnDevice(dev, func() error {
-		return cu.callPtr(cuMemGetInfo, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t)))
-	})
+	err = cu.OnDevice(dev, func() error { return cu.cudaMemGetInfo(&f, &t) })
 	return int(f), int(t), err
 }
 
@@ -181,7 +179,7 @@ func (cu *CUDA) MallocHost(size int) ([]byte, error) {
 		return nil, err
 	}
 	var p uintptr
-	if err := cu.callPtr(cuMallocHost, uintptr(unsafe.Pointer(&p)), uintptr(size)); err != nil {
+	if err := cu.cudaMallocHost(&p, uintptr(size)); err != nil {
 		return nil, err
 	}
 	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), size), nil
@@ -195,7 +193,7 @@ func (cu *CUDA) FreeHost(b []byte) error {
 	if err := cu.refuseHere("cudaFreeHost"); err != nil {
 		return err
 	}
-	return cu.call(cuFreeHost, uintptr(unsafe.Pointer(&b[0])))
+	return cu.cudaFreeHost(unsafe.Pointer(&b[0]))
 }
 
 // copyToDevice copies src to dst and waits for the bytes to land: a pageable
@@ -204,16 +202,16 @@ func (cu *CUDA) FreeHost(b []byte) error {
 // legacy stream of the current device, which carries that DMA. The caller has
 // made the destination's device current.
 func (cu *CUDA) copyToDevice(dst DevicePtr, src []byte) error {
-	if err := cu.callPtr(cuMemcpy, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), uintptr(abi.MemcpyHostToDevice)); err != nil {
+	if err := cu.cudaMemcpy(uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), abi.MemcpyHostToDevice); err != nil {
 		return err
 	}
-	return cu.call(cuStreamSynchronize, 0)
+	return cu.cudaStreamSynchronize(0)
 }
 
 // copyFromDevice copies device memory at src into dst, synchronously, on the
 // current device.
 func (cu *CUDA) copyFromDevice(dst []byte, src DevicePtr) error {
-	return cu.callPtr(cuMemcpy, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), uintptr(abi.MemcpyDeviceToHost))
+	return cu.cudaMemcpy(uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), abi.MemcpyDeviceToHost)
 }
 
 // MemcpyAsync enqueues a copy of n bytes from src to dst on s; both are device
@@ -225,12 +223,12 @@ func (cu *CUDA) MemcpyAsync(dst, src uintptr, n int, s Stream) error {
 	if !s.alive() {
 		return destroyedStream("cudaMemcpyAsync")
 	}
-	return cu.call(cuMemcpyAsync, dst, src, uintptr(n), uintptr(abi.MemcpyDefault), s.h)
+	return cu.cudaMemcpyAsync(dst, src, uintptr(n), abi.MemcpyDefault, s.h)
 }
 
 // PointerAttributes says what memory p is: device (and which), host, or unknown.
 func (cu *CUDA) PointerAttributes(p uintptr) (PointerAttributes, error) {
 	var a abi.PointerAttributes
-	err := cu.callPtr(cuPointerGetAttributes, uintptr(unsafe.Pointer(&a)), p)
+	err := cu.cudaPointerGetAttributes(unsafe.Pointer(&a), p)
 	return a, err
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -117,7 +116,7 @@ func (cu *CUDA) BeginCapture(s Stream) error {
 		return destroyedStream(op)
 	}
 	runtime.LockOSThread()
-	if err := cu.call(cuStreamBeginCapture, s.h, captureModeThreadLocal); err != nil {
+	if err := cu.cudaStreamBeginCapture(s.h, captureModeThreadLocal); err != nil {
 		runtime.UnlockOSThread()
 		return err
 	}
@@ -171,7 +170,7 @@ func (cu *CUDA) EndCapture(s Stream) (*Graph, error) {
 	cu.capt.mu.Unlock()
 
 	var graph uintptr
-	err := cu.callPtr(cuStreamEndCapture, s.h, uintptr(unsafe.Pointer(&graph)))
+	err := cu.cudaStreamEndCapture(s.h, &graph)
 	runtime.UnlockOSThread() // BeginCapture's
 	if err != nil {
 		c.release()
@@ -220,7 +219,7 @@ func (cu *CUDA) instantiate(gs []*Graph) error {
 		}
 		var exec uintptr
 		err := cu.OnDevice(g.dev, func() error {
-			return cu.callPtr(cuGraphInstantiateWithFlags, uintptr(unsafe.Pointer(&exec)), g.graph, 0)
+			return cu.cudaGraphInstantiateWithFlags(&exec, g.graph)
 		})
 		if err != nil {
 			err = fmt.Errorf("the graph of device %d: %w", g.dev, err)
@@ -360,9 +359,9 @@ func (s Stream) Capturing() (CaptureStatus, error) {
 	}
 	var st int32
 	if s.h == 0 {
-		err = cu.OnDevice(s.dev, func() error { return cu.callPtr(cuStreamIsCapturing, 0, uintptr(unsafe.Pointer(&st))) })
+		err = cu.OnDevice(s.dev, func() error { return cu.cudaStreamIsCapturing(0, &st) })
 	} else {
-		err = cu.callPtr(cuStreamIsCapturing, s.h, uintptr(unsafe.Pointer(&st)))
+		err = cu.cudaStreamIsCapturing(s.h, &st)
 	}
 	return CaptureStatus(st), err
 }
@@ -456,9 +455,9 @@ func (g *Graph) Launch(s Stream) (err error) {
 		return g.notInstantiated(op)
 	}
 	if s.h == 0 {
-		return g.cu.OnDevice(g.dev, func() error { return g.cu.call(cuGraphLaunch, exec, 0) })
+		return g.cu.OnDevice(g.dev, func() error { return g.cu.cudaGraphLaunch(exec, 0) })
 	}
-	return g.cu.call(cuGraphLaunch, exec, s.h)
+	return g.cu.cudaGraphLaunch(exec, s.h)
 }
 
 // Destroy destroys the executable graph and the graph (launches already
@@ -519,9 +518,9 @@ func (g *Graph) free() error {
 	}
 	var err error
 	if exec := g.exec.Load(); exec != 0 {
-		err = g.cu.call(cuGraphExecDestroy, exec)
+		err = g.cu.cudaGraphExecDestroy(exec)
 	}
-	if gerr := g.cu.call(cuGraphDestroy, g.graph); err == nil {
+	if gerr := g.cu.cudaGraphDestroy(g.graph); err == nil {
 		err = gerr
 	}
 	g.freeErr = err

@@ -3,7 +3,6 @@ package nccl
 import (
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/internal/ccall"
@@ -29,7 +28,7 @@ type streamLife struct{ destroyed atomic.Bool }
 func (cu *CUDA) NewStream(dev int, flags StreamFlags) (Stream, error) {
 	var h uintptr
 	err := cu.OnDevice(dev, func() error {
-		return cu.callPtr(cuStreamCreateWithFlags, uintptr(unsafe.Pointer(&h)), uintptr(flags))
+		return cu.cudaStreamCreateWithFlags(&h, flags)
 	})
 	return Stream{cu: cu, h: h, dev: dev, life: new(streamLife)}, err
 }
@@ -87,7 +86,7 @@ func (s Stream) Destroy() error {
 	if s.life != nil && !s.life.destroyed.CompareAndSwap(false, true) {
 		return destroyedStream(op)
 	}
-	err = cu.OnDevice(s.dev, func() error { return cu.call(cuStreamDestroy, s.h) })
+	err = cu.OnDevice(s.dev, func() error { return cu.cudaStreamDestroy(s.h) })
 	if err != nil && s.life != nil {
 		s.life.destroyed.Store(false)
 	}
@@ -104,9 +103,9 @@ func (s Stream) Synchronize() error {
 		return err
 	}
 	if s.h == 0 { // the legacy stream of the current device: make it s's
-		return cu.OnDevice(s.dev, func() error { return cu.call(cuStreamSynchronize, 0) })
+		return cu.OnDevice(s.dev, func() error { return cu.cudaStreamSynchronize(0) })
 	}
-	return cu.call(cuStreamSynchronize, s.h)
+	return cu.cudaStreamSynchronize(s.h)
 }
 
 // Query reports whether all work on the stream is done, without waiting.
@@ -120,10 +119,10 @@ func (s Stream) Query() (bool, error) {
 	}
 	if s.h == 0 {
 		var done bool
-		err := cu.OnDevice(s.dev, func() (err error) { done, err = cu.ready(cuStreamQuery, 0); return err })
+		err := cu.OnDevice(s.dev, func() (err error) { done, err = cu.cudaStreamQuery(0); return err })
 		return done, err
 	}
-	return cu.ready(cuStreamQuery, s.h)
+	return cu.cudaStreamQuery(s.h)
 }
 
 // Wait makes later work on s wait until e completes, on the GPU.
@@ -133,9 +132,9 @@ func (s Stream) Wait(e Event) error {
 		return err
 	}
 	if s.h == 0 { // the legacy stream of the current device: make it s's
-		return cu.OnDevice(s.dev, func() error { return cu.call(cuStreamWaitEvent, 0, e.h, 0) })
+		return cu.OnDevice(s.dev, func() error { return cu.cudaStreamWaitEvent(0, e.h) })
 	}
-	return cu.call(cuStreamWaitEvent, s.h, e.h, 0)
+	return cu.cudaStreamWaitEvent(s.h, e.h)
 }
 
 // After makes later work on s wait for everything enqueued on other so far, on
@@ -184,7 +183,7 @@ type Event struct {
 func (cu *CUDA) NewEvent(dev int, flags EventFlags) (Event, error) {
 	var h uintptr
 	err := cu.OnDevice(dev, func() error {
-		return cu.callPtr(cuEventCreateWithFlags, uintptr(unsafe.Pointer(&h)), uintptr(flags))
+		return cu.cudaEventCreateWithFlags(&h, flags)
 	})
 	return Event{cu: cu, h: h, dev: dev}, err
 }
@@ -212,11 +211,11 @@ func (e Event) Record(s Stream) error {
 		return destroyedStream("cudaEventRecord")
 	}
 	if s.h == 0 { // the legacy stream of the current device: make it the event's
-		return cu.OnDevice(e.dev, func() error { return cu.call(cuEventRecord, e.h, 0) })
+		return cu.OnDevice(e.dev, func() error { return cu.cudaEventRecord(e.h, 0) })
 	}
 	// The event and the stream name their device: no current device involved,
 	// and no allocation (nccl-bench records two per iteration).
-	if err := cu.call(cuEventRecord, e.h, s.h); err != nil {
+	if err := cu.cudaEventRecord(e.h, s.h); err != nil {
 		return err
 	}
 	cu.noteRecord(e.h, s.h) // one atomic load when no capture is open
@@ -232,7 +231,7 @@ func (e Event) Synchronize() error {
 	if err := cu.refuseEvent("cudaEventSynchronize", e.h); err != nil {
 		return err
 	}
-	return cu.call(cuEventSynchronize, e.h)
+	return cu.cudaEventSynchronize(e.h)
 }
 
 // Query reports whether the event has completed, without waiting.
@@ -244,7 +243,7 @@ func (e Event) Query() (bool, error) {
 	if err := cu.refuseEvent("cudaEventQuery", e.h); err != nil {
 		return false, err
 	}
-	return cu.ready(cuEventQuery, e.h)
+	return cu.cudaEventQuery(e.h)
 }
 
 // Elapsed is the time from start to e, both completed timing events.
@@ -260,7 +259,7 @@ func (e Event) Elapsed(start Event) (time.Duration, error) {
 		return 0, err
 	}
 	var ms float32
-	if err := cu.callPtr(cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), start.h, e.h); err != nil {
+	if err := cu.cudaEventElapsedTime(&ms, start.h, e.h); err != nil {
 		return 0, err
 	}
 	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
@@ -272,5 +271,5 @@ func (e Event) Destroy() error {
 	if err != nil {
 		return err
 	}
-	return cu.OnDevice(e.dev, func() error { return cu.call(cuEventDestroy, e.h) })
+	return cu.OnDevice(e.dev, func() error { return cu.cudaEventDestroy(e.h) })
 }
