@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -80,46 +79,7 @@ func testInitRankInsideGroup(t *testing.T, l *nccl.Library, n int, mode string) 
 			t.Fatalf("rank %d: Blocking %v, Rank %d", r, c.Blocking(), c.Rank())
 		}
 	}
-	const elems = 1000
-	want := make([]int64, elems)
-	bufs := make([]nccl.Buffer, n)
-	streams := make([]nccl.Stream, n)
-	for r := range n {
-		host := make([]int64, elems)
-		for i := range host {
-			host[i] = rand.Int64N(1 << 40)
-			want[i] += host[i]
-		}
-		bufs[r] = upload(t, l, devOf(r), host)
-		if streams[r], err = l.CUDA().NewStream(devOf(r), nccl.StreamNonBlocking); err != nil {
-			t.Fatal(err)
-		}
-		defer streams[r].Destroy()
-	}
-	if err := l.Group(func() error {
-		for r, c := range comms {
-			if err := c.AllReduce(bufs[r], bufs[r], nccl.Sum, streams[r]); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for r, c := range comms {
-		if err := c.Wait(ctx, streams[r]); err != nil {
-			t.Fatal(err)
-		}
-		got := download[int64](t, bufs[r])
-		for i := range got {
-			if got[i] != want[i] {
-				t.Fatalf("rank %d element %d = %d, want %d", r, i, got[i], want[i])
-			}
-		}
-		if err := c.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	allReduceAndClose(t, l, ctx, comms)
 }
 
 // TestInitRankInsideFailedGroup: a Group whose function fails after its

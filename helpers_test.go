@@ -3,6 +3,7 @@ package nccl_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -211,4 +212,52 @@ func download[T nccl.Element](t *testing.T, b nccl.Buffer) []T {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// allReduceAndClose all-reduces random int64 data over comms (rank r on
+// device devOf(r)) in one Group, checks every element on every rank, and
+// closes the communicators.
+func allReduceAndClose(t *testing.T, l *nccl.Library, ctx context.Context, comms []*nccl.Comm) {
+	t.Helper()
+	const elems = 1000
+	want := make([]int64, elems)
+	bufs := make([]nccl.Buffer, len(comms))
+	streams := make([]nccl.Stream, len(comms))
+	for r := range comms {
+		host := make([]int64, elems)
+		for i := range host {
+			host[i] = rand.Int64N(1 << 40)
+			want[i] += host[i]
+		}
+		bufs[r] = upload(t, l, devOf(r), host)
+		var err error
+		if streams[r], err = l.CUDA().NewStream(devOf(r), nccl.StreamNonBlocking); err != nil {
+			t.Fatal(err)
+		}
+		defer streams[r].Destroy()
+	}
+	if err := l.Group(func() error {
+		for r, c := range comms {
+			if err := c.AllReduce(bufs[r], bufs[r], nccl.Sum, streams[r]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for r, c := range comms {
+		if err := c.Wait(ctx, streams[r]); err != nil {
+			t.Fatal(err)
+		}
+		got := download[int64](t, bufs[r])
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("rank %d element %d = %d, want %d", r, i, got[i], want[i])
+			}
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -3,7 +3,6 @@ package nccl_test
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +23,7 @@ func TestBlockingInitByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n, elems = 3, 999
+	const n = 3
 	comms := make([]*nccl.Comm, n)
 	errs := make(chan error, n)
 	for r := range n {
@@ -39,48 +38,12 @@ func TestBlockingInitByDefault(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := make([]float64, elems)
-	bufs := make([]nccl.Buffer, n)
-	streams := make([]nccl.Stream, n)
 	for r, c := range comms {
 		if !c.Blocking() {
 			t.Fatalf("rank %d: non-blocking from a context with a deadline and no Config.Blocking", r)
 		}
-		host := make([]float64, elems)
-		for i := range host {
-			host[i] = float64(rand.IntN(1 << 20))
-			want[i] += host[i]
-		}
-		bufs[r] = upload(t, l, r, host)
-		if streams[r], err = l.CUDA().NewStream(r, nccl.StreamNonBlocking); err != nil {
-			t.Fatal(err)
-		}
-		defer streams[r].Destroy()
 	}
-	if err := l.Group(func() error {
-		for r, c := range comms {
-			if err := c.AllReduce(bufs[r], bufs[r], nccl.Sum, streams[r]); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for r, c := range comms {
-		if err := c.Wait(ctx, streams[r]); err != nil {
-			t.Fatal(err)
-		}
-		got := download[float64](t, bufs[r])
-		for i := range got {
-			if got[i] != want[i] {
-				t.Fatalf("rank %d element %d = %v, want %v", r, i, got[i], want[i])
-			}
-		}
-		if err := c.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	allReduceAndClose(t, l, ctx, comms)
 }
 
 // TestBlockingInitGivenUp: a blocking init whose peer does not come returns
