@@ -3,6 +3,7 @@ package nccl_test
 import (
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -189,5 +190,42 @@ func TestAsyncCopiesOfPageableMemory(t *testing.T) {
 	}
 	if got[0] != 1 || got[3] != 4 { // no Synchronize: done at return
 		t.Errorf("got %v, want [1 2 3 4]", got)
+	}
+}
+
+// TestAsyncCopyOnAnotherDevicesLegacyStream: an async copy on
+// DefaultStream(1) from a thread whose current device is 0 goes to device 1's
+// legacy stream, not to the current device's legacy stream (0), so
+// DefaultStream(1).Synchronize waits for it.
+func TestAsyncCopyOnAnotherDevicesLegacyStream(t *testing.T) {
+	l := open(t, "v230")
+	cu := l.CUDA()
+	b, err := cu.Alloc(1, nccl.Float32, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := make([]float32, 1024)
+	for i := range src {
+		src[i] = 5
+	}
+	if err := nccl.CopyIn(b, src); err != nil {
+		t.Fatal(err)
+	}
+	host, err := nccl.MallocHostOf[float32](cu, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nccl.FreeHostOf(cu, host)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	s := cu.DefaultStream(1)
+	if err := nccl.CopyOutAsync(host, b, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if host[1023] != 5 {
+		t.Errorf("after DefaultStream(1).Synchronize the copy has not landed (host[1023]=%v): it went to device 0's legacy stream", host[1023])
 	}
 }

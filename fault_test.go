@@ -447,3 +447,99 @@ func TestWaitRevokesOnDeadline(t *testing.T) {
 		ranks[0].comm.Close(context.Background())
 	})
 }
+
+// TestConcurrentWaitsRevokeOnce: two Waits reaching one deadline under
+// RevokeOnDeadline revoke once; neither aborts the communicator.
+func TestConcurrentWaitsRevokeOnce(t *testing.T) {
+	l := open(t, "v230")
+	cu := l.CUDA()
+	aborted := 0
+	for iter := 0; iter < 20; iter++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		comms := initComms(t, l, 2, ctx, nil)
+		c := comms[0]
+		c.SetDeadlineAction(nccl.RevokeOnDeadline)
+		bufs := make([]nccl.Buffer, 2)
+		ss := make([]nccl.Stream, 2)
+		for r, cc := range comms {
+			bufs[r], _ = cu.Alloc(cc.Device(), nccl.Float32, 8)
+			ss[r], _ = cu.NewStream(cc.Device(), nccl.StreamNonBlocking)
+		}
+		var wg sync.WaitGroup
+		for r, cc := range comms {
+			wg.Add(1)
+			go func() { defer wg.Done(); cc.AllReduce(bufs[r], bufs[r], nccl.Sum, ss[r]); cc.Wait(ctx, ss[r]) }()
+		}
+		wg.Wait()
+		s2, _ := cu.NewStream(0, nccl.StreamNonBlocking)
+		c.AllReduce(bufs[0], bufs[0], nccl.Sum, ss[0])
+		c.AllReduce(bufs[0], bufs[0], nccl.Sum, s2)
+		wctx, wc := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		errs := make([]error, 2)
+		for i, s := range []nccl.Stream{ss[0], s2} {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = c.Wait(wctx, s) }()
+		}
+		wg.Wait()
+		wc()
+		select {
+		case <-c.Done():
+			aborted++
+			if aborted == 1 {
+				t.Logf("iter %d: aborted: %v | %v", iter, errs[0], errs[1])
+			}
+		default:
+			if iter == 0 {
+				t.Logf("iter %d: alive: %v | %v", iter, errs[0], errs[1])
+			}
+			c.Abort()
+		}
+		comms[1].Abort()
+		cancel()
+	}
+	if aborted > 0 {
+		t.Errorf("%d of 20: RevokeOnDeadline communicator aborted because two Waits revoked it at once", aborted)
+	}
+}
+
+// TestWaitAfterRevokeFails: a Wait whose work a revoke stopped reports
+// ErrRevoked instead of success.
+func TestWaitAfterRevokeFails(t *testing.T) {
+	l := open(t, "v230")
+	cu := l.CUDA()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	comms := initComms(t, l, 2, ctx, nil)
+	defer comms[1].Abort()
+	defer comms[0].Abort()
+	c := comms[0]
+	bufs := make([]nccl.Buffer, 2)
+	ss := make([]nccl.Stream, 2)
+	for r, cc := range comms {
+		bufs[r], _ = cu.Alloc(cc.Device(), nccl.Float32, 8)
+		ss[r], _ = cu.NewStream(cc.Device(), nccl.StreamNonBlocking)
+	}
+	var wg sync.WaitGroup
+	for r, cc := range comms {
+		wg.Add(1)
+		go func() { defer wg.Done(); cc.AllReduce(bufs[r], bufs[r], nccl.Sum, ss[r]); cc.Wait(ctx, ss[r]) }()
+	}
+	wg.Wait()
+	c.AllReduce(bufs[0], bufs[0], nccl.Sum, ss[0]) // peer never comes
+	c.SetDeadlineAction(nccl.RevokeOnDeadline)
+	wctx, wc := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer wc()
+	s2, _ := cu.NewStream(0, nccl.StreamNonBlocking)
+	_ = s2
+	done := make(chan error)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		done <- c.Revoke(context.Background()) // e.g. the watchdog, or another Wait's deadline
+	}()
+	err := c.Wait(wctx, ss[0])
+	t.Logf("Revoke: %v", <-done)
+	t.Logf("Wait on the stream whose all-reduce was revoked: %v; AsyncError=%v", err, c.AsyncError())
+	if !errors.Is(err, nccl.ErrRevoked) {
+		t.Errorf("Wait: %v, want ErrRevoked (the all-reduce never completed: the communicator was revoked)", err)
+	}
+}

@@ -187,3 +187,105 @@ func TestDroppedCommDoesNotCrash(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestCloseDuringOpenCapture: Close while another goroutine's capture holds
+// the communicator's operation refuses (ErrGraphsAlive) instead of waiting in
+// NCCL for a graph that does not exist yet.
+func TestCloseDuringOpenCapture(t *testing.T) {
+	l := open(t, "v230")
+	cu := l.CUDA()
+	comms := initComms(t, l, 1, context.Background(), nil)
+	c := comms[0]
+	s, _ := cu.NewStream(0, nccl.StreamNonBlocking)
+	buf, _ := cu.Alloc(0, nccl.Float32, 8)
+	captured := make(chan struct{})
+	end := make(chan struct{})
+	var g *nccl.Graph
+	var gerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g, gerr = cu.Capture(s, func() error {
+			if err := c.AllReduce(buf, buf, nccl.Sum, s); err != nil {
+				return err
+			}
+			close(captured)
+			<-end
+			return nil
+		})
+	}()
+	<-captured
+	closeRes := make(chan error, 1)
+	go func() { closeRes <- c.Close(context.Background()) }()
+	select {
+	case err := <-closeRes:
+		if !errors.Is(err, nccl.ErrGraphsAlive) {
+			t.Errorf("Close during an open capture: %v, want ErrGraphsAlive", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Errorf("Close during an open capture: still blocked after 2s (NCCL waits for the capture's graph)")
+	}
+	close(end)
+	<-done
+	if g == nil || gerr != nil {
+		t.Fatalf("EndCapture: %v, %v", g, gerr)
+	}
+	if err := c.Close(context.Background()); !errors.Is(err, nccl.ErrGraphsAlive) {
+		t.Errorf("Close with the graph alive: %v, want ErrGraphsAlive", err)
+	}
+	if err := g.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(context.Background()); err != nil {
+		t.Errorf("Close after Destroy: %v", err)
+	}
+}
+
+// TestAbortDuringOpenCapture: Abort while a capture holds the communicator
+// returns once the capture ends: EndCapture destroys the graph of the aborted
+// communicator and says so.
+func TestAbortDuringOpenCapture(t *testing.T) {
+	l := open(t, "v230")
+	cu := l.CUDA()
+	comms := initComms(t, l, 1, context.Background(), nil)
+	c := comms[0]
+	s, _ := cu.NewStream(0, nccl.StreamNonBlocking)
+	buf, _ := cu.Alloc(0, nccl.Float32, 8)
+	captured := make(chan struct{})
+	end := make(chan struct{})
+	var g *nccl.Graph
+	var gerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g, gerr = cu.Capture(s, func() error {
+			if err := c.AllReduce(buf, buf, nccl.Sum, s); err != nil {
+				return err
+			}
+			close(captured)
+			<-end
+			return nil
+		})
+	}()
+	<-captured
+	ab := make(chan error, 1)
+	go func() { ab <- c.Abort() }()
+	select {
+	case err := <-ab: // the fake, as NCCL, waits in ncclCommAbort for the capture's graph
+		t.Errorf("Abort returned during the open capture: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(end)
+	<-done
+	if g != nil || !errors.Is(gerr, nccl.ErrClosed) {
+		t.Errorf("EndCapture after Abort: %v, %v; want no graph and ErrClosed", g, gerr)
+	}
+	select {
+	case err := <-ab:
+		if err != nil {
+			t.Errorf("Abort: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Errorf("Abort still blocked 3s after EndCapture")
+	}
+}
