@@ -232,10 +232,10 @@ func (l *Library) groupEnd(g *groupRec, mark int, ferr error) error {
 	// The group has ended: the communicators made inside it finish joining
 	// now. Where the group failed they are aborted: NCCL's groupCleanup
 	// destroys the init jobs of a failed group unrun (group.cc), which
-	// leaves a blocking communicator in ncclInProgress for good, refusing
-	// every call ("Attempt to use communicator before the previous
-	// operation returned ncclSuccess"), and the caller could not tell a
-	// joined communicator from one that was not.
+	// leaves a non-blocking communicator in the group's error and a
+	// blocking one an uninitialized shell whose async error reads
+	// ncclSuccess, so that NCCL would take calls on it; and the caller
+	// could not tell a joined communicator from one that was not.
 	cause := ferr
 	if cause == nil {
 		cause = err
