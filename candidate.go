@@ -7,10 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
-	"github.com/gonccl/nccl/internal/ccall"
 	"github.com/gonccl/nccl/internal/dl"
 	"golang.org/x/sys/unix"
 )
@@ -162,7 +160,7 @@ func checkNCCLVersion(h uintptr, path string) error {
 		return nil
 	}
 	var code int32
-	if r := abi.Result(int32(ccall.CallPtr(fn, uintptr(unsafe.Pointer(&code))))); r != abi.Success {
+	if r := ncclGetVersion(fn, &code); r != abi.Success {
 		return &FileError{Path: path, Err: &Error{Op: "ncclGetVersion", Code: r}}
 	}
 	if !plausibleVersion(code) {

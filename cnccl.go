@@ -8,9 +8,8 @@ import (
 
 // NCCL's C functions, one Go function each, with its prototype from nccl.h
 // above it: every call gonccl makes into NCCL goes through one of these
-// (except ncclGetVersion, called once while loading, and the group replay,
-// which calls what Group recorded). The row of each function in
-// symbols.go says which release added it.
+// (except the group replay, which calls what Group recorded). The row of
+// each function in symbols.go says which release added it.
 //
 // Arguments keep their C order and meaning. A handle (ncclComm_t,
 // ncclWindow_t, cudaStream_t), a device address or memory outside Go's heap
@@ -22,6 +21,12 @@ import (
 // commArg stands for the ncclComm_t argument of a stream operation: Comm.stream
 // writes the communicator's handle there once it has admitted the call.
 const commArg = 0
+
+// ncclResult_t ncclGetVersion(int* version); fn is its address: it is
+// called while loading, before a Library's table is filled.
+func ncclGetVersion(fn uintptr, version *int32) Result {
+	return Result(int32(ccall.CallPtr(fn, uintptr(unsafe.Pointer(version)))))
+}
 
 // ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId);
 func (l *Library) ncclGetUniqueId(id *UniqueID) error {

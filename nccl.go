@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/internal/ccall"
@@ -87,7 +86,7 @@ func Open(opts ...Option) (*Library, error) {
 		return nil, &MissingSymbolError{Symbol: "ncclGetVersion", Path: file.Path}
 	}
 	var code int32
-	if r := abi.Result(int32(ccall.CallPtr(l.fn[fnGetVersion], uintptr(unsafe.Pointer(&code))))); r != abi.Success {
+	if r := ncclGetVersion(l.fn[fnGetVersion], &code); r != abi.Success {
 		return nil, &Error{Op: "ncclGetVersion", Code: r}
 	}
 	l.version = abi.DecodeVersion(int(code))
