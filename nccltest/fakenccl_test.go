@@ -1,4 +1,4 @@
-package nccl
+package nccltest_test
 
 import (
 	"errors"
@@ -13,9 +13,11 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/gonccl/nccl"
 	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/internal/ccall"
 	"github.com/gonccl/nccl/internal/fakes"
+	"github.com/gonccl/nccl/nccltest"
 )
 
 // The fake NCCL where real NCCL fails: a failed group, the connection flags a
@@ -25,20 +27,24 @@ import (
 // fake's C functions as a C program would (not through Group, whose semantics
 // these cases decide), and checks results, states and last-error texts
 // exactly. Cases whose outcome is the death of the process run in a child
-// process (children, runChildWithin).
+// process (childCases, runChildWithin in child_test.go). gonccl opens the
+// fake (its loader and buffers serve the driver); every NCCL call is made
+// directly, by name.
 
 // fakeDrv calls one variant of the fake NCCL directly.
 type fakeDrv struct {
 	fatalf  func(format string, args ...any)
 	cleanup func(func()) // frees what the driver made, at the end of the test
-	l       *Library
-	cu      *CUDA
-	dir     string // the variant's folder
+	l       *nccl.Library
+	cu      *nccl.CUDA
+	dir     string  // the variant's folder
+	h       uintptr // the variant's libnccl.so.2, as gonccl opened it
 }
 
 func newFakeDrv(t *testing.T, variant string) *fakeDrv {
 	t.Helper()
-	f := openFakeDrv(t.Fatalf, FakeNCCL(t, variant), FakeCUDART(t))
+	d := nccltest.Dir(fakes.Dir(t))
+	f := openFakeDrv(t.Fatalf, d.NCCL(variant), d.CUDART())
 	f.cleanup = t.Cleanup // other tests count the process's live allocations
 	return f
 }
@@ -54,26 +60,40 @@ func childFake(variant string) *fakeDrv {
 		filepath.Join(dir, variant), filepath.Join(dir, "cudart"))
 }
 
-func openFakeDrv(fatalf func(string, ...any), nccl, cudart string) *fakeDrv {
-	l, err := Open(WithLibrary(nccl), WithCUDARuntime(cudart))
+func openFakeDrv(fatalf func(string, ...any), ncclDir, cudart string) *fakeDrv {
+	l, err := nccl.Open(nccl.WithLibrary(ncclDir), nccl.WithCUDARuntime(cudart))
 	if err != nil {
 		fatalf("Open: %v", err)
 	}
-	return &fakeDrv{fatalf: fatalf, cleanup: func(func()) {}, l: l, cu: l.CUDA(), dir: nccl}
+	// The same file gonccl opened: dlopen gives the handle of the loaded copy.
+	h, err := purego.Dlopen(l.Path, purego.RTLD_NOW)
+	if err != nil {
+		fatalf("dlopen %s: %v", l.Path, err)
+	}
+	return &fakeDrv{fatalf: fatalf, cleanup: func(func()) {}, l: l, cu: l.CUDA(), dir: ncclDir, h: h}
 }
 
-func (f *fakeDrv) call(sym int, args ...uintptr) abi.Result {
-	return abi.Result(int32(ccall.Call(f.l.fn[sym], args...)))
+// sym is the fake's C function name.
+func (f *fakeDrv) sym(name string) uintptr {
+	fn, err := purego.Dlsym(f.h, name)
+	if err != nil {
+		f.fatalf("%s: %v", name, err)
+	}
+	return fn
+}
+
+func (f *fakeDrv) call(name string, args ...uintptr) abi.Result {
+	return abi.Result(int32(ccall.Call(f.sym(name), args...)))
 }
 
 // callPtr is call for arguments converted from Go pointers in the argument list.
 //
 //go:uintptrescapes
-func (f *fakeDrv) callPtr(sym int, args ...uintptr) abi.Result {
-	return abi.Result(int32(ccall.Call(f.l.fn[sym], args...)))
+func (f *fakeDrv) callPtr(name string, args ...uintptr) abi.Result {
+	return abi.Result(int32(ccall.Call(f.sym(name), args...)))
 }
 
-func (f *fakeDrv) lastError() string { return ccall.GoString(ccall.Call(f.l.fn[fnGetLastError], 0)) }
+func (f *fakeDrv) lastError() string { return ccall.GoString(ccall.Call(f.sym("ncclGetLastError"), 0)) }
 
 // hook sets one of the fake's test controls (fakenccl_set_*_us).
 func (f *fakeDrv) hook(name string, v int) {
@@ -104,7 +124,7 @@ func (f *fakeDrv) expect(what string, r, want abi.Result) {
 // initAll makes n blocking ranks of one communicator on devices 0..n-1.
 func (f *fakeDrv) initAll(n int) []uintptr {
 	comms := make([]uintptr, n)
-	f.expect("ncclCommInitAll", f.callPtr(fnCommInitAll, uintptr(unsafe.Pointer(&comms[0])), uintptr(n), 0), abi.Success)
+	f.expect("ncclCommInitAll", f.callPtr("ncclCommInitAll", uintptr(unsafe.Pointer(&comms[0])), uintptr(n), 0), abi.Success)
 	return comms
 }
 
@@ -112,7 +132,7 @@ func (f *fakeDrv) initAll(n int) []uintptr {
 // device r, and waits (polling from this goroutine) until they are ready.
 func (f *fakeDrv) initNonBlocking(n int) []uintptr {
 	var id [128]byte
-	f.expect("ncclGetUniqueId", f.callPtr(fnGetUniqueID, uintptr(unsafe.Pointer(&id))), abi.Success)
+	f.expect("ncclGetUniqueId", f.callPtr("ncclGetUniqueId", uintptr(unsafe.Pointer(&id))), abi.Success)
 	cfg := new([96]byte) // ncclConfig_t: size, magic, version, blocking = 0, the rest 0
 	*(*uint64)(unsafe.Pointer(&cfg[0])) = 96
 	*(*uint32)(unsafe.Pointer(&cfg[8])) = 0xcafebeef
@@ -121,7 +141,7 @@ func (f *fakeDrv) initNonBlocking(n int) []uintptr {
 	for r := range n {
 		var res abi.Result
 		f.cu.OnDevice(r, func() error {
-			res = abi.Result(int32(ccall.CallStruct128(f.l.fn[fnCommInitRankConfig], 2, &id,
+			res = abi.Result(int32(ccall.CallStruct128(f.sym("ncclCommInitRankConfig"), 2, &id,
 				uintptr(unsafe.Pointer(&comms[r])), uintptr(n), uintptr(r), uintptr(unsafe.Pointer(cfg)))))
 			return nil
 		})
@@ -139,7 +159,7 @@ func (f *fakeDrv) initNonBlocking(n int) []uintptr {
 // asyncErr is ncclCommGetAsyncError's state of c.
 func (f *fakeDrv) asyncErr(c uintptr) abi.Result {
 	var st int32
-	if r := f.callPtr(fnCommGetAsyncError, c, uintptr(unsafe.Pointer(&st))); r != abi.Success {
+	if r := f.callPtr("ncclCommGetAsyncError", c, uintptr(unsafe.Pointer(&st))); r != abi.Success {
 		f.fatalf("ncclCommGetAsyncError: %v (%s)", r, f.lastError())
 	}
 	return abi.Result(st)
@@ -161,8 +181,8 @@ func (f *fakeDrv) settle(c uintptr) abi.Result {
 }
 
 // floats allocates n float32s on dev holding vals (repeated).
-func (f *fakeDrv) floats(dev, n int, val float32) Buffer {
-	b, err := f.cu.Alloc(dev, Float32, n)
+func (f *fakeDrv) floats(dev, n int, val float32) nccl.Buffer {
+	b, err := f.cu.Alloc(dev, nccl.Float32, n)
 	if err != nil {
 		f.fatalf("Alloc: %v", err)
 	}
@@ -170,18 +190,18 @@ func (f *fakeDrv) floats(dev, n int, val float32) Buffer {
 	for i := range host {
 		host[i] = val
 	}
-	if err := CopyIn(b, host); err != nil {
-		f.fatalf("CopyIn: %v", err)
+	if err := nccl.CopyIn(b, host); err != nil {
+		f.fatalf("nccl.CopyIn: %v", err)
 	}
 	f.cleanup(func() { b.Free() })
 	return b
 }
 
 // check fails unless every element of b is want.
-func (f *fakeDrv) check(what string, b Buffer, want float32) {
+func (f *fakeDrv) check(what string, b nccl.Buffer, want float32) {
 	host := make([]float32, b.Len())
-	if err := CopyOut(host, b); err != nil {
-		f.fatalf("CopyOut: %v", err)
+	if err := nccl.CopyOut(host, b); err != nil {
+		f.fatalf("nccl.CopyOut: %v", err)
 	}
 	for i, v := range host {
 		if v != want {
@@ -190,8 +210,8 @@ func (f *fakeDrv) check(what string, b Buffer, want float32) {
 	}
 }
 
-func (f *fakeDrv) stream(dev int) Stream {
-	s, err := f.cu.NewStream(dev, StreamNonBlocking)
+func (f *fakeDrv) stream(dev int) nccl.Stream {
+	s, err := f.cu.NewStream(dev, nccl.StreamNonBlocking)
 	if err != nil {
 		f.fatalf("NewStream: %v", err)
 	}
@@ -200,7 +220,7 @@ func (f *fakeDrv) stream(dev int) Stream {
 }
 
 // sync waits for s, 5 s at most: work that would hang fails the test.
-func (f *fakeDrv) sync(s Stream) {
+func (f *fakeDrv) sync(s nccl.Stream) {
 	done := make(chan error, 1)
 	go func() { done <- s.Synchronize() }()
 	select {
@@ -213,23 +233,23 @@ func (f *fakeDrv) sync(s Stream) {
 	}
 }
 
-func (f *fakeDrv) allReduce(send, recv Buffer, comm uintptr, s Stream) abi.Result {
-	return f.call(fnAllReduce, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(send.Len()), uintptr(Float32),
-		uintptr(Sum), comm, s.Handle())
+func (f *fakeDrv) allReduce(send, recv nccl.Buffer, comm uintptr, s nccl.Stream) abi.Result {
+	return f.call("ncclAllReduce", uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(send.Len()), uintptr(nccl.Float32),
+		uintptr(nccl.Sum), comm, s.Handle())
 }
 
-func (f *fakeDrv) send(b Buffer, peer int, comm uintptr, s Stream) abi.Result {
-	return f.call(fnSend, uintptr(b.Ptr()), uintptr(b.Len()), uintptr(Float32), uintptr(peer), comm, s.Handle())
+func (f *fakeDrv) send(b nccl.Buffer, peer int, comm uintptr, s nccl.Stream) abi.Result {
+	return f.call("ncclSend", uintptr(b.Ptr()), uintptr(b.Len()), uintptr(nccl.Float32), uintptr(peer), comm, s.Handle())
 }
 
-func (f *fakeDrv) recv(b Buffer, peer int, comm uintptr, s Stream) abi.Result {
-	return f.call(fnRecv, uintptr(b.Ptr()), uintptr(b.Len()), uintptr(Float32), uintptr(peer), comm, s.Handle())
+func (f *fakeDrv) recv(b nccl.Buffer, peer int, comm uintptr, s nccl.Stream) abi.Result {
+	return f.call("ncclRecv", uintptr(b.Ptr()), uintptr(b.Len()), uintptr(nccl.Float32), uintptr(peer), comm, s.Handle())
 }
 
 // failCall is a call that fails inside a group: an all-reduce on a NULL
 // communicator (what gonccl's Group used to discard a group with).
 func (f *fakeDrv) failCall() {
-	f.expect("ncclAllReduce on a NULL communicator", f.call(fnAllReduce, 0, 0, 1, uintptr(Float32), uintptr(Sum), 0, 0),
+	f.expect("ncclAllReduce on a NULL communicator", f.call("ncclAllReduce", 0, 0, 1, uintptr(nccl.Float32), uintptr(nccl.Sum), 0, 0),
 		abi.InvalidArgument)
 }
 
@@ -238,9 +258,9 @@ func (f *fakeDrv) failCall() {
 func (f *fakeDrv) group(fn func()) abi.Result {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	f.expect("ncclGroupStart", f.call(fnGroupStart), abi.Success)
+	f.expect("ncclGroupStart", f.call("ncclGroupStart"), abi.Success)
 	fn()
-	return f.call(fnGroupEnd)
+	return f.call("ncclGroupEnd")
 }
 
 func wantText(t *testing.T, what, got, want string) {
@@ -284,8 +304,8 @@ func TestFakeFailedGroupPoisonsNonBlockingMembers(t *testing.T) {
 						f.expect("ncclAllReduce rank 1", f.allReduce(in1, out1, nb[1], s1), abi.Success)
 						f.failCall()
 					} else { // refused by ncclEnqueueCheck, which gives rank 1 the error itself
-						f.expect("ncclAllReduce rank 1 of datatype 99", f.call(fnAllReduce, uintptr(in1.Ptr()),
-							uintptr(out1.Ptr()), 16, 99, uintptr(Sum), nb[1], s1.Handle()), abi.InvalidArgument)
+						f.expect("ncclAllReduce rank 1 of datatype 99", f.call("ncclAllReduce", uintptr(in1.Ptr()),
+							uintptr(out1.Ptr()), 16, 99, uintptr(nccl.Sum), nb[1], s1.Handle()), abi.InvalidArgument)
 					}
 				})
 				if r != abi.InvalidArgument {
@@ -309,10 +329,10 @@ func TestFakeFailedGroupPoisonsNonBlockingMembers(t *testing.T) {
 					r    abi.Result
 				}{
 					{"ncclAllReduce", f.allReduce(in0, out0, nb[0], s0)},
-					{"ncclCommCount", f.callPtr(fnCommCount, nb[0], uintptr(unsafe.Pointer(&n)))},
-					{"ncclCommFinalize", f.call(fnCommFinalize, nb[0])},
-					{"ncclCommDestroy", f.call(fnCommDestroy, nb[0])},
-					{"ncclCommDestroy of rank 1", f.call(fnCommDestroy, nb[1])},
+					{"ncclCommCount", f.callPtr("ncclCommCount", nb[0], uintptr(unsafe.Pointer(&n)))},
+					{"ncclCommFinalize", f.call("ncclCommFinalize", nb[0])},
+					{"ncclCommDestroy", f.call("ncclCommDestroy", nb[0])},
+					{"ncclCommDestroy of rank 1", f.call("ncclCommDestroy", nb[1])},
 				} {
 					if c.r != abi.InvalidArgument {
 						t.Errorf("%s on a poisoned communicator: %v (%s), want ncclInvalidArgument", c.name, c.r, f.lastError())
@@ -322,11 +342,11 @@ func TestFakeFailedGroupPoisonsNonBlockingMembers(t *testing.T) {
 					t.Errorf("rank 0's state after the refused destroy: %v", st)
 				}
 				// Rank 2 works (alone: a Count needs no peer), and only ncclCommAbort frees the others.
-				if r := f.callPtr(fnCommCount, nb[2], uintptr(unsafe.Pointer(&n))); r != abi.Success || n != 3 {
+				if r := f.callPtr("ncclCommCount", nb[2], uintptr(unsafe.Pointer(&n))); r != abi.Success || n != 3 {
 					t.Errorf("ncclCommCount on rank 2: %v, %d", r, n)
 				}
 				for r, c := range nb {
-					f.expect(fmt.Sprintf("ncclCommAbort rank %d", r), f.call(fnCommAbort, c), abi.Success)
+					f.expect(fmt.Sprintf("ncclCommAbort rank %d", r), f.call("ncclCommAbort", c), abi.Success)
 				}
 
 				// Blocking members are not poisoned: the next group of the same ranks runs.
@@ -354,7 +374,7 @@ func TestFakeFailedGroupPoisonsNonBlockingMembers(t *testing.T) {
 				f.check("rank 0's sum", out0, 3)
 				f.check("rank 1's sum", out1, 3)
 				for r, c := range bl {
-					f.expect(fmt.Sprintf("ncclCommDestroy blocking rank %d", r), f.call(fnCommDestroy, c), abi.Success)
+					f.expect(fmt.Sprintf("ncclCommDestroy blocking rank %d", r), f.call("ncclCommDestroy", c), abi.Success)
 				}
 			})
 		}
@@ -373,8 +393,8 @@ func TestFakeDiscardedSendLeavesConnectionFlags(t *testing.T) {
 	type ranks struct {
 		f       *fakeDrv
 		c       []uintptr
-		s       [2]Stream
-		in, out [2]Buffer
+		s       [2]nccl.Stream
+		in, out [2]nccl.Buffer
 	}
 	setup := func(t *testing.T) *ranks {
 		f := newFakeDrv(t, "default")
@@ -385,7 +405,7 @@ func TestFakeDiscardedSendLeavesConnectionFlags(t *testing.T) {
 		}
 		t.Cleanup(func() {
 			for r := range 2 {
-				f.call(fnCommAbort, rk.c[r])
+				f.call("ncclCommAbort", rk.c[r])
 			}
 		})
 		return rk
@@ -535,10 +555,10 @@ func abortInOpenGroup(later bool) error {
 	s := f.stream(0)
 	b := f.floats(0, 16, 1)
 	runtime.LockOSThread() // the group belongs to this thread; the abort runs on another
-	f.expect("ncclGroupStart", f.call(fnGroupStart), abi.Success)
+	f.expect("ncclGroupStart", f.call("ncclGroupStart"), abi.Success)
 	f.expect("ncclAllReduce", f.allReduce(b, b, comms[0], s), abi.Success)
 	done := make(chan abi.Result)
-	go func() { done <- f.call(fnCommAbort, comms[0]) }()
+	go func() { done <- f.call("ncclCommAbort", comms[0]) }()
 	f.expect("ncclCommAbort on another thread", <-done, abi.Success)
 	if later {
 		b1 := f.floats(1, 16, 1)
@@ -546,7 +566,7 @@ func abortInOpenGroup(later bool) error {
 		f.allReduce(b1, b1, comms[1], s1)
 		return errors.New("the group's next call returned")
 	}
-	f.call(fnGroupEnd)
+	f.call("ncclGroupEnd")
 	return errors.New("ncclGroupEnd returned")
 }
 
@@ -577,8 +597,8 @@ func twoPollers() error {
 	f := childFake(os.Getenv("FAKEFAIL_VARIANT"))
 	comms := f.initNonBlocking(2)
 	f.hook("fakenccl_set_complete_window_us", 200000)
-	s := [2]Stream{f.stream(0), f.stream(1)}
-	b := [2]Buffer{f.floats(0, 16, 1), f.floats(1, 16, 2)}
+	s := [2]nccl.Stream{f.stream(0), f.stream(1)}
+	b := [2]nccl.Buffer{f.floats(0, 16, 1), f.floats(1, 16, 2)}
 	r := f.group(func() {
 		for i := range 2 {
 			f.expect("ncclAllReduce", f.allReduce(b[i], b[i], comms[i], s[i]), abi.Success)
@@ -612,8 +632,8 @@ func TestFakeGroupJobCompletedByOneThreadAtATime(t *testing.T) {
 		t.Run(variant, func(t *testing.T) {
 			f := newFakeDrv(t, variant)
 			comms := f.initNonBlocking(2)
-			s := [2]Stream{f.stream(0), f.stream(1)}
-			b := [2]Buffer{f.floats(0, 16, 1), f.floats(1, 16, 2)}
+			s := [2]nccl.Stream{f.stream(0), f.stream(1)}
+			b := [2]nccl.Buffer{f.floats(0, 16, 1), f.floats(1, 16, 2)}
 			for round := range 3 {
 				r := f.group(func() {
 					for i := range 2 {
@@ -632,7 +652,7 @@ func TestFakeGroupJobCompletedByOneThreadAtATime(t *testing.T) {
 			f.check("rank 0", b[0], 12) // in place: 1+2, then 3+3, then 6+6
 			f.check("rank 1", b[1], 12)
 			for _, c := range comms {
-				f.expect("ncclCommDestroy", f.call(fnCommDestroy, c), abi.Success)
+				f.expect("ncclCommDestroy", f.call("ncclCommDestroy", c), abi.Success)
 			}
 		})
 	}
@@ -664,29 +684,29 @@ func abortBesideCall() error {
 	b := f.floats(0, 16, 1)
 	// An all-reduce of 0 elements does nothing, but stays inside the call for the call delay.
 	inside := func(c uintptr) {
-		f.call(fnAllReduce, uintptr(b.Ptr()), uintptr(b.Ptr()), 0, uintptr(Float32), uintptr(Sum), c, s.Handle())
+		f.call("ncclAllReduce", uintptr(b.Ptr()), uintptr(b.Ptr()), 0, uintptr(nccl.Float32), uintptr(nccl.Sum), c, s.Handle())
 	}
 	switch os.Getenv("FAKEFAIL_MODE") {
 	case "call-first":
 		f.hook("fakenccl_set_call_delay_us", 500000)
 		go inside(comms[0])
 		time.Sleep(50 * time.Millisecond)
-		f.call(fnCommAbort, comms[1])
+		f.call("ncclCommAbort", comms[1])
 	case "abort-first":
 		f.hook("fakenccl_set_abort_delay_us", 500000)
-		go f.call(fnCommAbort, comms[1])
+		go f.call("ncclCommAbort", comms[1])
 		time.Sleep(50 * time.Millisecond)
 		inside(comms[0])
 	case "two-aborts":
 		f.hook("fakenccl_set_abort_delay_us", 500000)
-		go f.call(fnCommAbort, comms[1])
+		go f.call("ncclCommAbort", comms[1])
 		time.Sleep(50 * time.Millisecond)
-		f.call(fnCommAbort, comms[0])
+		f.call("ncclCommAbort", comms[0])
 	case "destroy-same":
 		f.hook("fakenccl_set_call_delay_us", 500000)
 		go inside(comms[0])
 		time.Sleep(50 * time.Millisecond)
-		f.call(fnCommDestroy, comms[0])
+		f.call("ncclCommDestroy", comms[0])
 	}
 	return errors.New("the process lived")
 }
@@ -699,27 +719,27 @@ func TestFakeDestroyBesideCallsOnOtherRanks(t *testing.T) {
 	s := f.stream(0)
 	b := f.floats(0, 16, 1)
 	inside := func(c uintptr) abi.Result {
-		return f.call(fnAllReduce, uintptr(b.Ptr()), uintptr(b.Ptr()), 0, uintptr(Float32), uintptr(Sum), c, s.Handle())
+		return f.call("ncclAllReduce", uintptr(b.Ptr()), uintptr(b.Ptr()), 0, uintptr(nccl.Float32), uintptr(nccl.Sum), c, s.Handle())
 	}
 	f.hookFor(t, "fakenccl_set_call_delay_us", 100000)
 	comms := f.initAll(3)
 	done := make(chan abi.Result)
 	go func() { done <- inside(comms[0]) }()
 	time.Sleep(20 * time.Millisecond)
-	f.expect("ncclCommDestroy of rank 1 beside a call on rank 0", f.call(fnCommDestroy, comms[1]), abi.Success)
+	f.expect("ncclCommDestroy of rank 1 beside a call on rank 0", f.call("ncclCommDestroy", comms[1]), abi.Success)
 	f.expect("the call on rank 0", <-done, abi.Success)
 	var wg sync.WaitGroup
 	res := make([]abi.Result, 2)
 	for i, c := range []uintptr{comms[0], comms[2]} {
 		wg.Add(1)
-		go func() { defer wg.Done(); res[i] = f.call(fnCommDestroy, c) }()
+		go func() { defer wg.Done(); res[i] = f.call("ncclCommDestroy", c) }()
 	}
 	wg.Wait()
 	f.expect("ncclCommDestroy of rank 0 beside rank 2's", res[0], abi.Success)
 	f.expect("ncclCommDestroy of rank 2 beside rank 0's", res[1], abi.Success)
 	more := f.initAll(2)
 	for _, c := range more {
-		f.expect("ncclCommAbort from one thread", f.call(fnCommAbort, c), abi.Success)
+		f.expect("ncclCommAbort from one thread", f.call("ncclCommAbort", c), abi.Success)
 	}
 }
 
@@ -740,15 +760,15 @@ func TestFakeOneRankCollectiveLaunchedAtTheCall(t *testing.T) {
 			} else {
 				c = f.initNonBlocking(1)[0]
 			}
-			defer f.call(fnCommAbort, c)
+			defer f.call("ncclCommAbort", c)
 			s := f.stream(0)
 			in, out := f.floats(0, 16, 5), f.floats(0, 16, -1)
-			f.expect("ncclGroupStart", f.call(fnGroupStart), abi.Success)
+			f.expect("ncclGroupStart", f.call("ncclGroupStart"), abi.Success)
 			f.expect("ncclAllReduce in the group", f.allReduce(in, out, c, s), abi.Success)
 			f.sync(s) // the group is still open
 			f.check("the output before ncclGroupEnd", out, 5)
 			f.failCall()
-			f.expect("ncclGroupEnd", f.call(fnGroupEnd), abi.InvalidArgument)
+			f.expect("ncclGroupEnd", f.call("ncclGroupEnd"), abi.InvalidArgument)
 			if st := f.asyncErr(c); st != abi.Success {
 				t.Fatalf("the one-rank communicator's state after the failed group: %v", st)
 			}
@@ -795,8 +815,8 @@ func TestFakeAbortedRankTaskStaysForPeers(t *testing.T) {
 func abortedRankTask() error {
 	f := childFake("default")
 	comms := f.initAll(2)
-	s := [2]Stream{f.stream(0), f.stream(1)}
-	b := [2]Buffer{f.floats(0, 1024, 1), f.floats(1, 1024, 2)}
+	s := [2]nccl.Stream{f.stream(0), f.stream(1)}
+	b := [2]nccl.Buffer{f.floats(0, 1024, 1), f.floats(1, 1024, 2)}
 	r := f.group(func() { // connects the ranks
 		for i := range 2 {
 			f.expect("ncclAllReduce", f.allReduce(b[i], b[i], comms[i], s[i]), abi.Success)
@@ -809,7 +829,7 @@ func abortedRankTask() error {
 	f.expect("rank 1's ncclAllReduce", f.allReduce(b[1], b[1], comms[1], s[1]), abi.Success)
 	time.Sleep(50 * time.Millisecond)
 	// ... until rank 1 is aborted and its work gives up.
-	f.expect("ncclCommAbort of rank 1", f.call(fnCommAbort, comms[1]), abi.Success)
+	f.expect("ncclCommAbort of rank 1", f.call("ncclCommAbort", comms[1]), abi.Success)
 	time.Sleep(50 * time.Millisecond)
 	// Rank 0 arrives: it checks rank 1's call and reads its input.
 	f.expect("rank 0's ncclAllReduce", f.allReduce(b[0], b[0], comms[0], s[0]), abi.Success)
@@ -817,14 +837,14 @@ func abortedRankTask() error {
 	if st := f.asyncErr(comms[0]); st != abi.Success {
 		return fmt.Errorf("rank 0's state: %v (%s)", st, f.lastError())
 	}
-	f.expect("ncclCommAbort of rank 0", f.call(fnCommAbort, comms[0]), abi.Success)
+	f.expect("ncclCommAbort of rank 0", f.call("ncclCommAbort", comms[0]), abi.Success)
 	return nil
 }
 
 func init() {
-	children["fakefail-open-group-end"] = func() error { return abortInOpenGroup(false) }
-	children["fakefail-open-group-call"] = func() error { return abortInOpenGroup(true) }
-	children["fakefail-two-pollers"] = twoPollers
-	children["fakefail-abort-beside-call"] = abortBesideCall
-	children["fakefail-aborted-rank-task"] = abortedRankTask
+	childCases["fakefail-open-group-end"] = func() error { return abortInOpenGroup(false) }
+	childCases["fakefail-open-group-call"] = func() error { return abortInOpenGroup(true) }
+	childCases["fakefail-two-pollers"] = twoPollers
+	childCases["fakefail-abort-beside-call"] = abortBesideCall
+	childCases["fakefail-aborted-rank-task"] = abortedRankTask
 }
