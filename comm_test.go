@@ -16,6 +16,7 @@ import (
 	"github.com/gonccl/nccl"
 	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/internal/ccall"
+	"github.com/gonccl/nccl/internal/fakes"
 )
 
 // symbolIn resolves a C function of an already-loaded library file.
@@ -1048,7 +1049,7 @@ func TestCUDARuntime(t *testing.T) {
 // TestNoDevice: with no GPU, the runtime's answer is a typed error and creating
 // a communicator fails cleanly, in a process whose runtime sees no device.
 func TestNoDevice(t *testing.T) {
-	out, err := nccl.RunChild(t, "no-device", "FAKECUDA_DEVICES=0",
+	out, err := fakes.RunChild(t, 0, "no-device", "FAKECUDA_DEVICES=0",
 		"GONCCL_NCCL_LIB="+nccl.FakeNCCL(t, "default"), "GONCCL_CUDART_LIB="+nccl.FakeCUDART(t))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)

@@ -13,8 +13,5 @@ var (
 )
 
 // Children lets the external test package add child processes (see
-// TestMain); RunChild runs one.
-var (
-	Children = children
-	RunChild = runChild
-)
+// TestMain); fakes.RunChild runs one.
+var Children = children

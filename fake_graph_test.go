@@ -891,7 +891,7 @@ func TestFakeGraphDestroyWaits(t *testing.T) {
 // ncclCommDestroy says once on stderr what it waits for (real NCCL waits
 // silently), in a child process, and returns once the graph is destroyed.
 func TestFakeGraphDestroyWarns(t *testing.T) {
-	out, err := runGraphChild(t, 30*time.Second, "graph-destroy-warns", "FAKENCCL_CONNECT_WARN_MS=100",
+	out, err := fakes.RunChild(t, 30*time.Second, "graph-destroy-warns", "FAKENCCL_CONNECT_WARN_MS=100",
 		"GONCCL_NCCL_LIB="+nccl.FakeNCCL(t, "default"), "GONCCL_CUDART_LIB="+nccl.FakeCUDART(t))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -938,23 +938,6 @@ func init() {
 	}
 }
 
-// runGraphChild runs children[name] in a fresh copy of the test binary, killed
-// after d.
-func runGraphChild(t *testing.T, d time.Duration, name string, env ...string) (string, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	cmd := fakes.SelfCommand(ctx, "-test.run=^$")
-	cmd.Env = append([]string{"GONCCL_TEST_CHILD=" + name, "PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-		"GONCCL_FAKE_DIR=" + nccl.FakeDir(t), "QEMU_LD_PREFIX=" + os.Getenv("QEMU_LD_PREFIX")}, env...)
-	cmd.WaitDelay = time.Second
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		return string(out), fmt.Errorf("still running after %v, killed: %v", d, err)
-	}
-	return string(out), err
-}
-
 // ---- across processes ----
 
 // TestFakeGraphMultiProcess: two processes, one rank each, meeting at
@@ -973,7 +956,7 @@ func TestFakeGraphMultiProcess(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			outs[r], errs[r] = runGraphChild(t, 60*time.Second, "graph-mp", "NCCL_COMM_ID="+addr,
+			outs[r], errs[r] = fakes.RunChild(t, 60*time.Second, "graph-mp", "NCCL_COMM_ID="+addr,
 				"GONCCL_NCCL_LIB="+nccl.FakeNCCL(t, "default"), "GONCCL_CUDART_LIB="+nccl.FakeCUDART(t),
 				"FAKECUDA_DELAY_US=20", "GRAPH_RANK="+strconv.Itoa(r), "GRAPH_SEED="+strconv.FormatUint(base, 10))
 		}()

@@ -180,23 +180,6 @@ func init() {
 	}
 }
 
-// runChildWithin is runChild with a deadline: a child that hangs is killed
-// and reported, rather than hanging the test.
-func runChildWithin(t *testing.T, d time.Duration, name string, env ...string) (string, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	cmd := fakes.SelfCommand(ctx, "-test.run=^$")
-	cmd.Env = append([]string{"GONCCL_TEST_CHILD=" + name, "PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-		"GONCCL_FAKE_DIR=" + FakeDir(t), "QEMU_LD_PREFIX=" + os.Getenv("QEMU_LD_PREFIX")}, env...)
-	cmd.WaitDelay = time.Second
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		return string(out), fmt.Errorf("still running after %v, killed: %v", d, err)
-	}
-	return string(out), err
-}
-
 // truncatedLib writes the first n bytes of the fake libnccl.so.2 as
 // dir/libnccl.so.2.
 func truncatedLib(t *testing.T, dir string, n int) string {
@@ -246,7 +229,7 @@ func TestSearchRefusesHostileFilesInChild(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			env := append([]string{"HOSTILE_PATH=" + c.path, "HOSTILE_WANT=" + c.want, "HOSTILE_LOADS=" + c.load}, c.env...)
-			out, err := runChildWithin(t, 30*time.Second, "search-hostile", env...)
+			out, err := fakes.RunChild(t, 30*time.Second, "search-hostile", env...)
 			if err != nil {
 				t.Fatalf("child: %v\n%s", err, out)
 			}
@@ -601,7 +584,7 @@ func TestRefusedLibraryIsUnloaded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := runChildWithin(t, time.Minute, "search-loads", "NCCL_HOME="+home, "LD_LIBRARY_PATH="+good, "HOSTILE_LOADS="+loads)
+	out, err := fakes.RunChild(t, time.Minute, "search-loads", "NCCL_HOME="+home, "LD_LIBRARY_PATH="+good, "HOSTILE_LOADS="+loads)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/gonccl/nccl/internal/fakes"
 )
 
 // envMap is a getenv for search that sees only the given variables, so tests do
@@ -209,7 +211,7 @@ func TestWrongArchitecture(t *testing.T) {
 }
 
 func TestNotFoundExplains(t *testing.T) {
-	out, err := runChild(t, "open-nothing")
+	out, err := fakes.RunChild(t, 0, "open-nothing")
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
@@ -273,7 +275,7 @@ func errorf(format string, args ...any) error { return fmt.Errorf(format, args..
 
 func TestSystemLoader(t *testing.T) {
 	nccl := filepath.Join(FakeNCCL(t, "default"), "libnccl.so.2")
-	out, err := runChild(t, "system-loader",
+	out, err := fakes.RunChild(t, 0, "system-loader",
 		"LD_LIBRARY_PATH="+FakeNCCL(t, "default")+":"+FakeCUDART(t), "WANT_PATH="+nccl)
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
@@ -282,7 +284,7 @@ func TestSystemLoader(t *testing.T) {
 
 func TestAlreadyLoaded(t *testing.T) {
 	nccl := filepath.Join(FakeNCCL(t, "old"), "libnccl.so.2")
-	out, err := runChild(t, "already-loaded", "PRELOAD="+nccl)
+	out, err := fakes.RunChild(t, 0, "already-loaded", "PRELOAD="+nccl)
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
 	}

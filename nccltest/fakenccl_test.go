@@ -27,7 +27,7 @@ import (
 // fake's C functions as a C program would (not through Group, whose semantics
 // these cases decide), and checks results, states and last-error texts
 // exactly. Cases whose outcome is the death of the process run in a child
-// process (childCases, runChildWithin in child_test.go). gonccl opens the
+// process (childCases in child_test.go, fakes.RunChild). gonccl opens the
 // fake (its loader and buffers serve the driver); every NCCL call is made
 // directly, by name.
 
@@ -540,7 +540,7 @@ func TestFakeAbortFreesCommLinkedInOpenGroup(t *testing.T) {
 		{"fakefail-open-group-call", "ncclAllReduce: communicator 0x"},
 	} {
 		t.Run(tc.child, func(t *testing.T) {
-			out, err := runChildWithin(t, 20*time.Second, tc.child)
+			out, err := fakes.RunChild(t, 20*time.Second, tc.child)
 			wantDeath(t, out, err, tc.msg)
 			if !strings.Contains(out, "was freed by ncclCommAbort while linked in this thread's open group") {
 				t.Errorf("the message does not name the case:\n%s", out)
@@ -586,7 +586,7 @@ func TestFakeTwoThreadsCompleteOneGroupJob(t *testing.T) {
 			name = tc.variant + "/one-communicator"
 		}
 		t.Run(name, func(t *testing.T) {
-			out, err := runChildWithin(t, 20*time.Second, "fakefail-two-pollers",
+			out, err := fakes.RunChild(t, 20*time.Second, "fakefail-two-pollers",
 				"FAKEFAIL_VARIANT="+tc.variant, "FAKEFAIL_SAME="+tc.same)
 			wantDeath(t, out, err, "terminate called without an active exception (two threads completed one non-blocking group job)")
 		})
@@ -671,7 +671,7 @@ func TestFakeAbortBesideCallOnSameCommunicator(t *testing.T) {
 		{"destroy-same", "ncclCommDestroy of rank 0 (communicator 0x"},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			out, err := runChildWithin(t, 20*time.Second, "fakefail-abort-beside-call", "FAKEFAIL_MODE="+tc.mode)
+			out, err := fakes.RunChild(t, 20*time.Second, "fakefail-abort-beside-call", "FAKEFAIL_MODE="+tc.mode)
 			wantDeath(t, out, err, tc.msg)
 		})
 	}
@@ -806,7 +806,7 @@ func TestFakeOneRankCollectiveLaunchedAtTheCall(t *testing.T) {
 // input: a false mismatch, or a crash. The child runs it with glibc's
 // MALLOC_PERTURB_ so that freed memory is scribbled on.
 func TestFakeAbortedRankTaskStaysForPeers(t *testing.T) {
-	out, err := runChildWithin(t, 20*time.Second, "fakefail-aborted-rank-task", "MALLOC_PERTURB_=165")
+	out, err := fakes.RunChild(t, 20*time.Second, "fakefail-aborted-rank-task", "MALLOC_PERTURB_=165")
 	if err != nil || strings.Contains(out, "mismatch") {
 		t.Fatalf("the child: %v\n%s", err, out)
 	}
