@@ -9,19 +9,8 @@ package cgobench
 typedef int (*group_fn)(void);
 typedef int (*allreduce0_fn)(const void*, void*, size_t, int, int, void*, void*);
 
-// group_iteration is one iteration of a benchmark driving two GPUs from one
-// thread, as a C program writes it: a group around one operation per GPU.
-static int group_iteration(uintptr_t start, uintptr_t end, uintptr_t allreduce, uintptr_t buf,
-                           uintptr_t comm0, uintptr_t comm1, uintptr_t s0, uintptr_t s1) {
-	int r = ((group_fn)start)();
-	if (r) return r;
-	r = ((allreduce0_fn)allreduce)((void*)buf, (void*)buf, 0, 7, 0, (void*)comm0, (void*)s0);
-	if (!r) r = ((allreduce0_fn)allreduce)((void*)buf, (void*)buf, 0, 7, 0, (void*)comm1, (void*)s1);
-	int e = ((group_fn)end)();
-	return r ? r : e;
-}
-
-// group_iteration_n is group_iteration for n GPUs: one operation per
+// group_iteration_n is one iteration of a benchmark driving n GPUs from one
+// thread, as a C program writes it: a group around one operation per
 // communicator of comms, each on its stream of streams.
 static int group_iteration_n(uintptr_t start, uintptr_t end, uintptr_t allreduce, uintptr_t buf,
                              const uintptr_t* comms, const uintptr_t* streams, int n) {
@@ -36,13 +25,6 @@ static int group_iteration_n(uintptr_t start, uintptr_t end, uintptr_t allreduce
 import "C"
 
 import "unsafe"
-
-// GroupIteration runs group_iteration through cgo: ncclGroupStart, ncclAllReduce
-// of 0 elements on comm0 and comm1, ncclGroupEnd, all from C.
-func GroupIteration(start, end, allreduce, buf, comm0, comm1, s0, s1 uintptr) int {
-	return int(C.group_iteration(C.uintptr_t(start), C.uintptr_t(end), C.uintptr_t(allreduce), C.uintptr_t(buf),
-		C.uintptr_t(comm0), C.uintptr_t(comm1), C.uintptr_t(s0), C.uintptr_t(s1)))
-}
 
 // GroupIterationN runs group_iteration_n through cgo: a group around an
 // all-reduce of 0 elements on each of comms, each on its stream, all from C.

@@ -16,79 +16,11 @@ import (
 // One iteration of a one-thread, two-GPU benchmark (nccl-tests -g 2): a group
 // around an operation per GPU, through Library.Group and Comm.AllReduce, and
 // as a C program makes it (one cgo call into C that makes all four calls).
+// scripts/bench-overhead.sh reads these two.
 
-type groupSetup struct {
-	lib   *nccl.Library
-	comms []*nccl.Comm
-	buf   [2]nccl.Buffer
-	s     [2]nccl.Stream
-}
+func BenchmarkGroupIterationGonccl(b *testing.B) { benchGroupGonccl(b, 2) }
 
-func setupGroup(b *testing.B) groupSetup {
-	l, err := nccl.Open(nccl.WithLibrary(fakes.NCCL(b, "default")), nccl.WithCUDARuntime(fakes.CUDART(b)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	comms, err := l.InitAll(context.Background(), []int{0, 1}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	g := groupSetup{lib: l, comms: comms}
-	for i := range 2 {
-		buf, err := l.CUDA().Alloc(i, nccl.Float32, 16)
-		if err != nil {
-			b.Fatal(err)
-		}
-		g.buf[i] = buf.Slice(0, 0)
-		g.s[i], _ = l.CUDA().NewStream(i, nccl.StreamNonBlocking)
-	}
-	b.Cleanup(func() {
-		for _, c := range comms {
-			c.Close(context.Background())
-		}
-	})
-	return g
-}
-
-func BenchmarkGroupIterationGonccl(b *testing.B) {
-	g := setupGroup(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		err := g.lib.Group(func() error {
-			for i, c := range g.comms {
-				if err := c.AllReduce(g.buf[i], g.buf[i], nccl.Sum, g.s[i]); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkGroupIterationCgo(b *testing.B) {
-	g := setupGroup(b)
-	h, err := purego.Dlopen(filepath.Join(fakes.NCCL(b, "default"), "libnccl.so.2"), purego.RTLD_NOW)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sym := func(name string) uintptr {
-		f, err := purego.Dlsym(h, name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return f
-	}
-	start, end, ar := sym("ncclGroupStart"), sym("ncclGroupEnd"), sym("ncclAllReduce")
-	b.ReportAllocs()
-	for b.Loop() {
-		if r := GroupIteration(start, end, ar, uintptr(g.buf[0].Ptr()), g.comms[0].Handle(), g.comms[1].Handle(), g.s[0].Handle(), g.s[1].Handle()); r != 0 {
-			b.Fatal(r)
-		}
-	}
-}
+func BenchmarkGroupIterationCgo(b *testing.B) { benchGroupCgo(b, 2) }
 
 // The same iteration with 1, 2, 4 and 8 GPUs: how the host's share grows
 // with the GPUs one thread drives (nccl-tests -g N).
@@ -132,52 +64,58 @@ func setupGroupN(b *testing.B, n int) (*nccl.Library, []*nccl.Comm, []nccl.Buffe
 
 func BenchmarkGroupScalingGonccl(b *testing.B) {
 	for _, n := range groupSizes {
-		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) {
-			l, comms, bufs, streams := setupGroupN(b, n)
-			b.ReportAllocs()
-			for b.Loop() {
-				err := l.Group(func() error {
-					for i, c := range comms {
-						if err := c.AllReduce(bufs[i], bufs[i], nccl.Sum, streams[i]); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) { benchGroupGonccl(b, n) })
 	}
 }
 
 func BenchmarkGroupScalingCgo(b *testing.B) {
 	for _, n := range groupSizes {
-		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) {
-			_, comms, bufs, streams := setupGroupN(b, n)
-			h, err := purego.Dlopen(filepath.Join(fakes.NCCL(b, "default"), "libnccl.so.2"), purego.RTLD_NOW)
-			if err != nil {
-				b.Fatal(err)
-			}
-			sym := func(name string) uintptr {
-				f, err := purego.Dlsym(h, name)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return f
-			}
-			start, end, ar := sym("ncclGroupStart"), sym("ncclGroupEnd"), sym("ncclAllReduce")
-			hs, ss := make([]uintptr, n), make([]uintptr, n)
-			for i := range n {
-				hs[i], ss[i] = comms[i].Handle(), streams[i].Handle()
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				if r := GroupIterationN(start, end, ar, uintptr(bufs[0].Ptr()), hs, ss); r != 0 {
-					b.Fatal(r)
+		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) { benchGroupCgo(b, n) })
+	}
+}
+
+// benchGroupGonccl times Library.Group around an AllReduce per GPU of n.
+func benchGroupGonccl(b *testing.B, n int) {
+	l, comms, bufs, streams := setupGroupN(b, n)
+	b.ReportAllocs()
+	for b.Loop() {
+		err := l.Group(func() error {
+			for i, c := range comms {
+				if err := c.AllReduce(bufs[i], bufs[i], nccl.Sum, streams[i]); err != nil {
+					return err
 				}
 			}
+			return nil
 		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchGroupCgo times the same calls made from C in one cgo call.
+func benchGroupCgo(b *testing.B, n int) {
+	_, comms, bufs, streams := setupGroupN(b, n)
+	h, err := purego.Dlopen(filepath.Join(fakes.NCCL(b, "default"), "libnccl.so.2"), purego.RTLD_NOW)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sym := func(name string) uintptr {
+		f, err := purego.Dlsym(h, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return f
+	}
+	start, end, ar := sym("ncclGroupStart"), sym("ncclGroupEnd"), sym("ncclAllReduce")
+	hs, ss := make([]uintptr, n), make([]uintptr, n)
+	for i := range n {
+		hs[i], ss[i] = comms[i].Handle(), streams[i].Handle()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := GroupIterationN(start, end, ar, uintptr(bufs[0].Ptr()), hs, ss); r != 0 {
+			b.Fatal(r)
+		}
 	}
 }
