@@ -31,7 +31,8 @@
 // shift, so that a small operation does not run from a warm cache); the times
 // of the processes are averaged (nccl-tests' default -a 1). -c checks one
 // extra run against a CPU reference on every rank; wrong elements are summed
-// over ranks. -I 1 also records a CUDA event on every stream around each
+// over ranks, and as in nccl-tests the footer's "Out of bounds values" counts
+// the runs that found any (OK or FAILED): then every process exits 1. -I 1 also records a CUDA event on every stream around each
 // iteration, as nccl-tests' -I does, and prints the iterations' min, max, p99
 // and cv% (each iteration the slowest GPU of the job); -json carries every
 // iteration. AlltoAll and AlltoAllv do not run in place in gonccl (their
@@ -180,6 +181,9 @@ func main() {
 	must(rep.end())
 	if *plot != "" {
 		must(rep.plot(*plot, *overlay))
+	}
+	if rep.failed > 0 {
+		log.Fatalf("rank %d: %d checked runs found wrong elements (the #wrong columns)", job.Rank, rep.failed)
 	}
 }
 

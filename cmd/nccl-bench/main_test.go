@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -423,6 +424,13 @@ func TestIterStats(t *testing.T) {
 // loopback port. It returns stdout, stderr and the exit code.
 func benchCommand(t *testing.T, variant string, args ...string) (string, string, int) {
 	t.Helper()
+	return benchCommandEnv(t, nil, variant, args...)
+}
+
+// benchCommandEnv is benchCommand with env added to the process's
+// environment.
+func benchCommandEnv(t *testing.T, env []string, variant string, args ...string) (string, string, int) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -439,6 +447,7 @@ func benchCommand(t *testing.T, variant string, args ...string) (string, string,
 	cmd := fakes.SelfCommand(ctx, args...) // through GONCCL_TEST_EMULATOR when set
 	cmd.Env = append(os.Environ(), "NCCL_BENCH_AS_MAIN=1", "GONCCL_NCCL_LIB="+fakes.NCCL(t, variant),
 		"GONCCL_CUDART_LIB="+fakes.CUDART(t), "FAKECUDA_DEVICES=4", "NCCL_COMM_ID="+addr)
+	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()
@@ -529,6 +538,95 @@ func TestCommandModes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCommandFindsWrongResults: a library returning wrong results (the fake
+// flipping a byte of every collective of 4 KiB or more) makes nccl-bench count
+// the wrong elements in those rows only, say FAILED in nccl-tests' footer with
+// the number of such runs, and exit 1 in every process; without it the
+// footer says 0 OK. The footer was once printed as "0 OK" whatever the check
+// found.
+func TestCommandFindsWrongResults(t *testing.T) {
+	for _, args := range [][]string{
+		{"-g", "2"},
+		{"-np", "2"},
+		{"-g", "2", "-G", "2"},
+	} {
+		args := append([]string{"-op", "all_reduce", "-d", "uint8", "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "-c", "1"}, args...)
+		t.Run(strings.Join(args[16:], " "), func(t *testing.T) {
+			out, errOut, code := benchCommandEnv(t, []string{"FAKENCCL_CORRUPT_BYTES=4096"}, "default", args...)
+			if code != 1 || !strings.Contains(errOut, "checked runs found wrong elements") {
+				t.Fatalf("exit %d, want 1 and the reason\n%s%s", code, out, errOut)
+			}
+			rows := tableRows(out)
+			failed := 0
+			for _, f := range rows {
+				size, _ := strconv.Atoi(f[0])
+				for _, i := range []int{8, 12} {
+					w, _ := strconv.Atoi(f[i])
+					if size >= 4096 && w == 0 || size < 4096 && w != 0 {
+						t.Errorf("size %d: %d wrong in column %d", size, w, i)
+					}
+					if w > 0 {
+						failed++
+					}
+				}
+			}
+			if failed == 0 || !strings.Contains(out, fmt.Sprintf("# Out of bounds values : %d FAILED", failed)) {
+				t.Errorf("want the footer to count %d failed runs:\n%s", failed, out)
+			}
+			out, errOut, code = benchCommand(t, "default", args...)
+			if code != 0 || !strings.Contains(out, "# Out of bounds values : 0 OK") {
+				t.Errorf("unharmed run: exit %d\n%s%s", code, out, errOut)
+			}
+		})
+	}
+}
+
+// TestWrongAwk checks scripts/bench-wrong.awk, the GPU scripts' verdict on a
+// log of nccl-bench: rows found where a library's own output precedes them on
+// their line (VCCL prints debug dumps to stdout, flushed in blocks), every
+// wrong element counted, no row a failure.
+func TestWrongAwk(t *testing.T) {
+	awk, err := exec.LookPath("awk")
+	if err != nil {
+		t.Skip("no awk")
+	}
+	verdict := func(log string) (string, bool) {
+		f := filepath.Join(t.TempDir(), "log")
+		if err := os.WriteFile(f, []byte(log), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(awk, "-f", "../../scripts/bench-wrong.awk", f).Output()
+		if _, failed := err.(*exec.ExitError); err != nil && !failed {
+			t.Fatal(err)
+		}
+		return string(out), err == nil
+	}
+	// glue puts junk before every other row, with no newline between.
+	glue := func(out string) string {
+		lines := strings.Split(out, "\n")
+		for i, l := range lines {
+			if f := strings.Fields(l); len(f) >= 13 && !strings.HasPrefix(l, "#") && i%2 == 0 {
+				lines[i] = "      srcBuff=0x7f69b9900000 srcWinOffset=12272" + l
+			}
+		}
+		return strings.Join(lines, "\n")
+	}
+	args := []string{"-op", "all_reduce", "-d", "uint8", "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "-c", "1", "-g", "2"}
+	good, _, _ := benchCommand(t, "default", args...)
+	n := len(tableRows(good))
+	if got, ok := verdict(glue(good)); !ok || got != fmt.Sprintf("%d sizes, 0 wrong", n) {
+		t.Errorf("right results: %q, ok %v; want %d sizes, 0 wrong", got, ok, n)
+	}
+	bad, _, _ := benchCommandEnv(t, []string{"FAKENCCL_CORRUPT_BYTES=4096"}, "default", args...)
+	if got, ok := verdict(glue(bad)); ok || !strings.HasPrefix(got, fmt.Sprintf("%d sizes, ", n)) || strings.HasSuffix(got, " 0 wrong") {
+		t.Errorf("wrong results: %q, ok %v", got, ok)
+	}
+	header := good[:strings.Index(good, "# Out of bounds")]
+	if got, ok := verdict(header[:strings.LastIndex(header, "#")]); ok {
+		t.Errorf("a log with no rows passed: %q", got)
 	}
 }
 

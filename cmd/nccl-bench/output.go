@@ -74,7 +74,8 @@ type report struct {
 	json     bool
 	show     bool // rank 0 prints
 
-	rows []row
+	rows   []row
+	failed int // checked runs (a size out of place or in place) with a wrong element
 }
 
 func (p *report) header() {
@@ -103,6 +104,11 @@ func (p *report) header() {
 // add keeps a row and prints it in the table.
 func (p *report) add(r row) {
 	p.rows = append(p.rows, r)
+	for _, w := range []int{r.OutWrong, r.InWrong} {
+		if w > 0 {
+			p.failed++
+		}
+	}
 	if !p.show || p.json {
 		return
 	}
@@ -147,20 +153,26 @@ func (p *report) avgBusBW() float64 {
 	return sum / math.Max(1, float64(len(p.rows)))
 }
 
-// end prints the summary, or the JSON document.
+// end prints the summary, or the JSON document: as nccl-tests' footer, the
+// count of checked runs that found a wrong element, OK or FAILED.
 func (p *report) end() error {
 	if !p.show {
 		return nil
 	}
 	avg := p.avgBusBW()
+	verdict := "OK"
+	if p.failed > 0 {
+		verdict = "FAILED"
+	}
 	if !p.json {
-		_, err := fmt.Fprintf(p.w, "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %g \n#\n", avg)
+		_, err := fmt.Fprintf(p.w, "# Out of bounds values : %d %s\n# Avg bus bandwidth    : %g \n#\n", p.failed, verdict, avg)
 		return err
 	}
 	doc := map[string]any{"op": p.op, "nccl": p.lib.Version().String(), "ranks": p.ranks,
 		"processes": p.job.Size, "gpus_per_process": p.gpus, "rows": p.rows, "avg_busbw": avg,
 		"warmup_iters": p.warm, "iterations": p.iters, "validation": p.check,
 		"graph": p.graphs, "local_register": p.register, "register": registerNames[p.register], "allocator": p.alloc}
+	doc["out_of_bounds"] = map[string]any{"count": p.failed, "okay": p.failed == 0}
 	if p.path != "" {
 		doc["path"] = p.path
 	}

@@ -94,7 +94,9 @@
  * -DFAKENCCL_BROKEN lacks ncclCommInitRank; -DFAKENCCL_VERSION_CODE=N reports N.
  * Registering a symmetric window is collective, as in NCCL: every rank of the
  * communicator must call it, and each call waits for the others.
- * FAKENCCL_NULL_WINDOW=1 makes ncclCommWindowRegister succeed with no window. */
+ * FAKENCCL_NULL_WINDOW=1 makes ncclCommWindowRegister succeed with no window;
+ * FAKENCCL_CORRUPT_BYTES=N flips the first result byte of every collective
+ * writing N bytes or more (wrong results a checker must catch). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>

@@ -84,6 +84,18 @@ static void remote_p2p(task* batch) {
     free(p);
 }
 
+/* corrupt is a test's knob, FAKENCCL_CORRUPT_BYTES=N: a collective that
+ * writes N bytes or more comes out with its first result byte flipped, as a
+ * library returning wrong results would leave it (a checker must see it). */
+static void corrupt(task* t) {
+    static long min = -1;
+    if (min < 0) {
+        const char* v = getenv("FAKENCCL_CORRUPT_BYTES");
+        min = v && atol(v) > 0 ? atol(v) : 0;
+    }
+    if (min > 0 && receives(t) && out_bytes(t) >= (size_t)min) ((unsigned char*)t->recv)[0] ^= 0xff;
+}
+
 /* A work item: one (comm, stream)'s tasks of one group, in order. */
 static void run_item(void* p) {
     task* list = p;
@@ -105,6 +117,7 @@ static void run_item(void* p) {
         } else {
             if (!c->remote) run_collective(t, why, sizeof why);
             else if (!rstopped(c)) remote_collective(t);
+            if (!rstopped(c)) corrupt(t);
             task_put(t);
         }
         t = next;
