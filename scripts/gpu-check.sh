@@ -76,10 +76,10 @@ run)
           { rc=1; grep -q -- "--- FAIL: $one" "$LOGS/test-$t-$label.log" || echo "--- FAIL: $one (no verdict: crashed or timed out)" >>"$LOGS/test-$t-$label.log"; }
       done
       local pass fail
-      pass=$(grep -c -- '^--- PASS' "$LOGS/test-$t-$label.log")
+      pass=$(grep -cE -- '(^|[^ ])--- PASS: TestGPU[A-Za-z0-9_]+ \(' "$LOGS/test-$t-$label.log")
       fail=$(grep -c -- '--- FAIL' "$LOGS/test-$t-$label.log")
       echo "   $t tests: exit $rc, $pass passed, $fail failed" | tee -a "$summary"
-      grep -E "^--- (PASS|FAIL|SKIP)|checked|ncclAlltoAllv|watchdog:|peer dies|fault rounds|free memory" "$LOGS/test-$t-$label.log" | sed 's/^/      /' >>"$summary"
+      grep -E -- "(^|[^ ])--- (PASS|FAIL|SKIP): TestGPU[A-Za-z0-9_]+ \(|checked|ncclAlltoAllv|watchdog:|peer dies|fault rounds|free memory" "$LOGS/test-$t-$label.log" | sed 's/^/      /' >>"$summary"
     done
     examples "$label" "$@"
   }

@@ -185,8 +185,8 @@ run)
       timeout 300 env "${vis[@]}" "$@" .gpu/bin/nccl-gpu.test -test.v -test.run "^$one\$" -test.count=1 -test.timeout=240s >>"$tl" 2>&1 ||
         { rc=1; grep -q -- "--- FAIL: $one" "$tl" || echo "--- FAIL: $one (no verdict: crashed or timed out)" >>"$tl"; }
     done
-    echo "   GPU tests: exit $rc, $(grep -c -- '^--- PASS' "$tl") passed, $(grep -c -- '--- FAIL' "$tl") failed, $(grep -c -- '^--- SKIP' "$tl") skipped" | tee -a "$summary"
-    grep -E "^--- (PASS|FAIL|SKIP)|checked|GPUs\)?$|ncclAlltoAllv|watchdog:|peer dies|fault rounds" "$tl" | sed 's/^/      /' >>"$summary"
+    echo "   GPU tests: exit $rc, $(grep -cE -- '(^|[^ ])--- PASS: TestGPU[A-Za-z0-9_]+ \(' "$tl") passed, $(grep -c -- '--- FAIL' "$tl") failed, $(grep -cE -- '(^|[^ ])--- SKIP: TestGPU[A-Za-z0-9_]+ \(' "$tl") skipped" | tee -a "$summary"
+    grep -E -- "(^|[^ ])--- (PASS|FAIL|SKIP): TestGPU[A-Za-z0-9_]+ \(|checked|GPUs\)?$|ncclAlltoAllv|watchdog:|peer dies|fault rounds" "$tl" | sed 's/^/      /' >>"$summary"
     examples "$label" "${vis[@]}" "$@"
   }
   want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
