@@ -79,8 +79,8 @@ func (l *Library) Group(fn func() error) (err error) {
 var errPanicInGroup = fmt.Errorf("panic inside Group")
 
 // maxOpArgs is the most C arguments a stream operation takes (ncclAlltoAllv,
-// 11-argument form).
-const maxOpArgs = 11
+// 11-argument form): what a call of a batch takes.
+const maxOpArgs = ccall.BatchArgs
 
 // groupOp is one recorded operation: a stream operation's C arguments, the
 // communicator's slot filled in at launch (see Comm.stream).
@@ -97,7 +97,8 @@ type groupRec struct {
 	depth    int
 	blocking int // -1 until the first operation; then the members' mode
 	ops      []groupOp
-	comms    []*Comm // the members, each once (at launch)
+	calls    []ccall.Entry // the launch's C calls, made in one batch
+	comms    []*Comm       // the members, each once (at launch)
 	ncclOpen bool    // ncclGroupStart was called for a call that is not recorded (an init)
 	inits    []pendingInit
 	cut      []*Comm // non-blocking members whose launch an abort cut short (see launch)
@@ -332,34 +333,44 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 			}
 		}
 	}()
-	var err error
+	// The group's C calls in one batch, one switch to the system stack for
+	// all of them: ncclGroupStart (unless an init opened NCCL's group), the
+	// records in order, the end.
+	calls := g.calls[:0]
 	if !g.ncclOpen {
-		if err = l.ncclGroupStart(); err != nil {
-			return err
-		}
+		calls = append(calls, ccall.Entry{Fn: l.fn[fnGroupStart]})
 	}
+	first := len(calls)
 	for i := range g.ops {
 		op := &g.ops[i]
-		args := op.args[:op.n]
-		args[op.n-2] = op.c.h
+		op.args[op.n-2] = op.c.h
 		if cu := l.cuda; cu != nil && cu.capt.n.Load() != 0 {
-			cu.noteComm(op.c, args[op.n-1])
+			cu.noteComm(op.c, op.args[op.n-1])
 		}
-		if r := int32(ccall.Call(l.fn[op.sym], args...)); r != int32(abi.Success) && r != int32(abi.InProgress) {
-			// NCCL keeps the failure for the group, which ncclGroupEnd
-			// then discards: launching the rest would change nothing.
-			err = l.result(int(op.sym), r)
-			break
-		}
+		calls = append(calls, ccall.Entry{Fn: l.fn[op.sym], Args: op.args})
 	}
-	var eerr error
+	last := ccall.Entry{Fn: l.fn[end]}
 	if end == fnGroupSimulateEnd {
-		eerr = l.call(end, endArg)
-	} else {
-		eerr = l.call(end)
+		last.Args[0] = endArg
 	}
-	if err == nil && eerr != nil && !isInProgress(eerr) {
-		err = eerr
+	calls = append(calls, last)
+	g.calls = calls
+	var err error
+	switch k := ccall.Batch(calls, int32(abi.InProgress)); {
+	case k < 0: // launched (a non-blocking group: in progress, settled below)
+	case k < first:
+		return l.result(fnGroupStart, int32(calls[k].R))
+	case k < len(calls)-1:
+		// NCCL keeps an operation's failure for the group, which its end
+		// then discards: the batch stopped there, the end is called now.
+		err = l.result(int(g.ops[k-first].sym), int32(calls[k].R))
+		if end == fnGroupSimulateEnd {
+			_ = l.call(end, endArg)
+		} else {
+			_ = l.call(end)
+		}
+	default:
+		err = l.result(end, int32(calls[k].R))
 	}
 	// A non-blocking group runs on a thread of NCCL's, linked to every
 	// member; polling a member that sees it finish joins it. The members

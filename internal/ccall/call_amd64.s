@@ -63,3 +63,63 @@ TEXT trampoline(SB), NOSPLIT, $160
 	MOVQ 152(SP), DI
 	MOVQ AX, 200(DI)
 	RET
+
+// batchTrampoline runs the entries of a batch (batch.go) on the system stack,
+// DI pointing at its frame: entries at 0, count at 8, the second success value
+// at 16. An entry (104 bytes): fn at 0, a1..a11 from 8, result at 96. It stops
+// after the first entry whose result is neither 0 nor the second success
+// value. The loop's state lives in registers the callees preserve (BX the
+// entry, R13 the count left, R15 the second success value), saved for our
+// caller. Frame: a7..a11 at 0..39, then the saved registers; $112 keeps SP
+// 16-byte aligned at the CALL.
+GLOBL ·batchABI0(SB), NOPTR|RODATA, $8
+DATA ·batchABI0(SB)/8, $batchTrampoline(SB)
+TEXT batchTrampoline(SB), NOSPLIT, $112
+	MOVQ BX, 48(SP)
+	MOVQ R12, 56(SP)
+	MOVQ R13, 64(SP)
+	MOVQ R15, 72(SP)
+	MOVQ 0(DI), BX
+	MOVQ 8(DI), R13
+	MOVQ 16(DI), R15
+
+loop:
+	TESTQ R13, R13
+	JZ    done
+	MOVQ  56(BX), R12
+	MOVQ  R12, 0(SP)
+	MOVQ  64(BX), R12
+	MOVQ  R12, 8(SP)
+	MOVQ  72(BX), R12
+	MOVQ  R12, 16(SP)
+	MOVQ  80(BX), R12
+	MOVQ  R12, 24(SP)
+	MOVQ  88(BX), R12
+	MOVQ  R12, 32(SP)
+	MOVQ  8(BX), DI
+	MOVQ  16(BX), SI
+	MOVQ  24(BX), DX
+	MOVQ  32(BX), CX
+	MOVQ  40(BX), R8
+	MOVQ  48(BX), R9
+	XORL  AX, AX
+	MOVQ  0(BX), R10
+	CALL  R10
+	MOVL  AX, AX // the C int, zero-extended
+	MOVQ  AX, 96(BX)
+	TESTL AX, AX
+	JZ    next
+	CMPL  AX, R15
+	JNE   done
+
+next:
+	ADDQ $104, BX
+	DECQ R13
+	JMP  loop
+
+done:
+	MOVQ 48(SP), BX
+	MOVQ 56(SP), R12
+	MOVQ 64(SP), R13
+	MOVQ 72(SP), R15
+	RET

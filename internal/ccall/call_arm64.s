@@ -64,3 +64,60 @@ TEXT trampoline(SB), NOSPLIT, $0
 	ADD  $STACK_SIZE, RSP
 	MOVD R0, 200(R2)
 	RET
+
+// batchTrampoline runs the entries of a batch (batch.go) on the system stack,
+// R0 pointing at its frame: entries at 0, count at 8, the second success value
+// at 16. An entry (104 bytes): fn at 0, a1..a11 from 8, result at 96. It stops
+// after the first entry whose result is neither 0 nor the second success
+// value. The loop's state lives in registers the callees preserve (R19 the
+// entry, R20 the count left, R21 the second success value), saved for our
+// caller. Stack: a9..a11 at 0..23, the saved registers from 32; RSP stays
+// 16-byte aligned.
+#define BATCH_STACK 64
+
+GLOBL ·batchABI0(SB), NOPTR|RODATA, $8
+DATA ·batchABI0(SB)/8, $batchTrampoline(SB)
+TEXT batchTrampoline(SB), NOSPLIT, $0
+	SUB  $BATCH_STACK, RSP
+	MOVD R19, 32(RSP)
+	MOVD R20, 40(RSP)
+	MOVD R21, 48(RSP)
+	MOVD 0(R0), R19
+	MOVD 8(R0), R20
+	MOVD 16(R0), R21
+
+loop:
+	CBZ   R20, done
+	MOVD  72(R19), R10
+	MOVD  R10, 0(RSP)
+	MOVD  80(R19), R10
+	MOVD  R10, 8(RSP)
+	MOVD  88(R19), R10
+	MOVD  R10, 16(RSP)
+	MOVD  8(R19), R0
+	MOVD  16(R19), R1
+	MOVD  24(R19), R2
+	MOVD  32(R19), R3
+	MOVD  40(R19), R4
+	MOVD  48(R19), R5
+	MOVD  56(R19), R6
+	MOVD  64(R19), R7
+	MOVD  0(R19), R10
+	BL    (R10)
+	MOVWU R0, R0 // the C int, zero-extended
+	MOVD  R0, 96(R19)
+	CBZW  R0, next
+	CMPW  R21, R0
+	BNE   done
+
+next:
+	ADD $104, R19
+	SUB $1, R20
+	B   loop
+
+done:
+	MOVD 32(RSP), R19
+	MOVD 40(RSP), R20
+	MOVD 48(RSP), R21
+	ADD  $BATCH_STACK, RSP
+	RET

@@ -28,3 +28,27 @@ int byvalue(int before, id128 id, int after, uint64_t* out) {
 
 /* Writes through a pointer into caller memory. */
 int32_t store(int32_t* p, int32_t v) { *p = v; return -v; }
+
+/* Calls in a batch: logged appends its id to a log and returns ret; weigh11
+ * logs the weighted sum of its 11 arguments (every slot a batch entry fills)
+ * and returns 0; take_log empties the log into out. */
+static uint64_t calls[64];
+static int ncalls;
+int logged(int64_t id, int ret) {
+    if (ncalls < 64) calls[ncalls++] = (uint64_t)id;
+    return ret;
+}
+int weigh11(uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5, uint64_t a6,
+            uint64_t a7, uint64_t a8, uint64_t a9, uint64_t a10, uint64_t a11) {
+    uint64_t a[11] = {a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11};
+    uint64_t s = 0;
+    for (int i = 0; i < 11; i++) s = s * 1000003u + a[i];
+    if (ncalls < 64) calls[ncalls++] = s;
+    return 0;
+}
+int take_log(uint64_t* out) {
+    int n = ncalls;
+    memcpy(out, calls, n * sizeof calls[0]);
+    ncalls = 0;
+    return n;
+}
