@@ -99,7 +99,7 @@ type groupRec struct {
 	ops      []groupOp
 	calls    []ccall.Entry // the launch's C calls, made in one batch
 	comms    []*Comm       // the members, each once (at launch)
-	ncclOpen bool    // ncclGroupStart was called for a call that is not recorded (an init)
+	ncclOpen bool          // ncclGroupStart was called for a call that is not recorded (an init)
 	inits    []pendingInit
 	cut      []*Comm // non-blocking members whose launch an abort cut short (see launch)
 }
