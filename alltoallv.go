@@ -26,8 +26,14 @@ type Layout struct {
 // native call needs every rank's row. send and recv must not overlap.
 //
 // The native call writes into peers' receive buffers as soon as their data is
-// ready, with no "receiver ready" handshake: before reusing a receive buffer for
-// the next exchange, make sure every rank is done reading it. NCCL reads the
+// ready, with no "receiver ready" handshake (VCCL's src/rma: the puts wait only
+// for the sender's data, the receiver waits only for the puts): a peer's data
+// may land before this rank's stream reaches the call. Before an exchange,
+// make sure every rank is done with its receive buffer, reading and writing:
+// work still queued on a rank's stream before the call (a memset, a kernel
+// reading the last exchange) races with the peers' puts. A host barrier
+// across the ranks after that work is enough; the grouped form (SetPath(Grouped))
+// needs none. NCCL reads the
 // matrices until the enclosing group ends: gonccl keeps them pinned until no
 // Group is open; do not change them before.
 func (c *Comm) AlltoAllv(send, recv Buffer, m Layout, s Stream) error {

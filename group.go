@@ -78,17 +78,14 @@ func (l *Library) Group(fn func() error) (err error) {
 
 var errPanicInGroup = fmt.Errorf("panic inside Group")
 
-// maxOpArgs is the most C arguments a stream operation takes (ncclAlltoAllv,
-// 11-argument form): what a call of a batch takes.
-const maxOpArgs = ccall.BatchArgs
-
-// groupOp is one recorded operation: a stream operation's C arguments, the
-// communicator's slot filled in at launch (see Comm.stream).
+// groupOp is one recorded operation: its communicator, its function and its
+// number of C arguments (at most ccall.BatchArgs: ncclAlltoAllv's 11). The
+// call itself is recorded as the launch will make it, in the group's calls
+// (its comm slot filled in at launch, see Comm.stream).
 type groupOp struct {
-	c    *Comm
-	sym  int32
-	n    int32
-	args [maxOpArgs]uintptr
+	c   *Comm
+	sym int32
+	n   int32
 }
 
 // groupRec is one goroutine's open group.
@@ -97,7 +94,7 @@ type groupRec struct {
 	depth    int
 	blocking int // -1 until the first operation; then the members' mode
 	ops      []groupOp
-	calls    []ccall.Entry // the launch's C calls, made in one batch
+	calls    []ccall.Entry // ncclGroupStart, the call of each of ops, then the end: launched in one batch
 	comms    []*Comm       // the members, each once (at launch)
 	ncclOpen bool          // ncclGroupStart was called for a call that is not recorded (an init)
 	inits    []pendingInit
@@ -187,9 +184,12 @@ func (g *groupRec) record(c *Comm, sym int, args []uintptr) error {
 		return argError(name, "a group cannot hold blocking and non-blocking communicators (NCCL refuses the mix)")
 	}
 	g.blocking = mode
-	op := groupOp{c: c, sym: int32(sym), n: int32(len(args))}
-	copy(op.args[:], args)
-	g.ops = append(g.ops, op)
+	g.ops = append(g.ops, groupOp{c: c, sym: int32(sym), n: int32(len(args))})
+	if len(g.calls) == 0 {
+		g.calls = append(g.calls, ccall.Entry{}) // ncclGroupStart's, filled at launch
+	}
+	g.calls = append(g.calls, ccall.Entry{Fn: c.lib.fn[sym]})
+	copy(g.calls[len(g.calls)-1].Args[:], args)
 	return nil
 }
 
@@ -200,6 +200,9 @@ func (l *Library) groupEnd(g *groupRec, mark int, ferr error) error {
 	if ferr != nil {
 		clear(g.ops[mark:])
 		g.ops = g.ops[:mark]
+		if len(g.calls) > 0 {
+			g.calls = g.calls[:mark+1]
+		}
 	}
 	if g.depth--; g.depth > 0 {
 		return ferr
@@ -262,6 +265,7 @@ func (l *Library) groupEnd(g *groupRec, mark int, ferr error) error {
 // groupRelease forgets g and unlocks the thread.
 func (l *Library) groupRelease(g *groupRec) {
 	clear(g.ops)
+	g.calls = g.calls[:0]
 	clear(g.comms)
 	clear(g.inits)
 	clear(g.cut)
@@ -335,26 +339,26 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 	}()
 	// The group's C calls in one batch, one switch to the system stack for
 	// all of them: ncclGroupStart (unless an init opened NCCL's group), the
-	// records in order, the end.
-	calls := g.calls[:0]
-	if !g.ncclOpen {
-		calls = append(calls, ccall.Entry{Fn: l.fn[fnGroupStart]})
+	// records in order (g.calls[1:], made by record), the end.
+	if len(g.calls) == 0 {
+		g.calls = append(g.calls, ccall.Entry{})
 	}
-	first := len(calls)
+	g.calls[0] = ccall.Entry{Fn: l.fn[fnGroupStart]}
 	for i := range g.ops {
-		op := &g.ops[i]
-		op.args[op.n-2] = op.c.h
+		op, args := &g.ops[i], &g.calls[i+1].Args
+		args[op.n-2] = op.c.h
 		if cu := l.cuda; cu != nil && cu.capt.n.Load() != 0 {
-			cu.noteComm(op.c, op.args[op.n-1])
+			cu.noteComm(op.c, args[op.n-1])
 		}
-		calls = append(calls, ccall.Entry{Fn: l.fn[op.sym], Args: op.args})
 	}
-	last := ccall.Entry{Fn: l.fn[end]}
+	g.calls = append(g.calls, ccall.Entry{Fn: l.fn[end]})
 	if end == fnGroupSimulateEnd {
-		last.Args[0] = endArg
+		g.calls[len(g.calls)-1].Args[0] = endArg
 	}
-	calls = append(calls, last)
-	g.calls = calls
+	calls, first := g.calls, 1
+	if g.ncclOpen {
+		calls, first = calls[1:], 0
+	}
 	var err error
 	switch k := ccall.Batch(calls, int32(abi.InProgress)); {
 	case k < 0: // launched (a non-blocking group: in progress, settled below)

@@ -40,8 +40,8 @@ run)
   : >"$summary"
   { date -u; nvidia-smi -L; } >>"$summary" 2>&1
   R=$(mktemp -d)
-  [ "${REPRO:-1}" = 0 ] || for p in nccl-group-poll nccl-group-abort nccl-abort-race; do
-    gcc -O2 -o "$R/$p" "scripts/repro/$p.c" -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lnccl -lcudart -lpthread \
+  [ "${REPRO:-1}" = 0 ] || for p in nccl-group-poll nccl-group-abort nccl-abort-race nccl-alltoallv-procs; do
+    gcc -O2 -o "$R/$p" "scripts/repro/$p.c" -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lnccl -lcudart -lpthread -ldl \
       2>>"$LOGS/repro-build.txt" || echo "repro $p: build failed" | tee -a "$summary"
   done
   export GONCCL_GPU_ABORT_ROUNDS=${GONCCL_GPU_ABORT_ROUNDS:-10} GONCCL_GPU_WATCHDOG_SECONDS=${GONCCL_GPU_WATCHDOG_SECONDS:-4}
@@ -84,6 +84,13 @@ run)
       log="$LOGS/$label-repro-abort-${args// /-}.log"
       timeout 150 env "${env[@]}" "$R/nccl-group-abort" $args >"$log" 2>&1
       echo "   repro nccl-group-abort $args: exit $? $(tail -1 "$log")" | tee -a "$summary"
+    done
+    # VCCL's native alltoallv across processes (exit 2: the library has none).
+    np=$(nvidia-smi -L | grep -c '^GPU ')
+    for args in "nobarrier" "skew" "skew barrier" "skew sync"; do
+      log="$LOGS/$label-repro-alltoallv-${args// /-}.log"
+      timeout 150 env "${env[@]}" "$R/nccl-alltoallv-procs" "$np" $args >"$log" 2>&1
+      echo "   repro nccl-alltoallv-procs $np $args: exit $? $(tail -1 "$log")" | tee -a "$summary"
     done
   done
   tar czf "$OUT/failure-logs.tar.gz" -C "$OUT" failure-logs && rm -rf "$LOGS"

@@ -15,6 +15,7 @@ func (b *bench) checkable(inPlace bool) bool {
 // ranks.
 func (b *bench) check(count int, inPlace bool) int {
 	in := b.writeInputs(count, inPlace)
+	b.barrier()
 	must(b.launch(count, inPlace, 0))
 	b.sync()
 	return b.compare(in, count, inPlace)
@@ -25,6 +26,7 @@ func (b *bench) check(count int, inPlace bool) int {
 // launched once.
 func (b *bench) checkGraph(count int, inPlace bool) int {
 	in := b.writeInputs(count, inPlace)
+	b.barrier()
 	must(b.capture(func() error { return b.launch(count, inPlace, 0) }))
 	must(b.launchGraphs(1))
 	b.sync()
@@ -36,7 +38,11 @@ func (b *bench) checkGraph(count int, inPlace bool) int {
 // of place, the receive buffer is filled with 0xa5 first, so that a run that
 // did not happen cannot pass for one that did) and returns every rank's
 // input, so that each process can work out its own ranks' answers; it writes
-// only its own.
+// only its own. The caller then waits for the job's other processes
+// (barrier) before launching: VCCL's native ncclAlltoAllv puts into the
+// peers' receive buffers without waiting for them (see Comm.AlltoAllv), so
+// a process still writing its 0xa5 would wipe what a faster peer put there
+// (on 4 × H200, whole blocks wrong at 256 KiB and 8 MiB under -np 4).
 func (b *bench) writeInputs(count int, inPlace bool) [][]uint8 {
 	b.prepare(count)
 	total := b.elems(count)
