@@ -176,12 +176,15 @@ func main() {
 		}
 		rep.add(r)
 	}
-	must(b.close())
-	must(closeComms(comms))
 	must(rep.end())
 	if *plot != "" {
 		must(rep.plot(*plot, *overlay))
 	}
+	// No rank ends before rank 0 has printed: a launcher stops the others
+	// once one exits with an error.
+	b.barrier()
+	must(b.close())
+	must(closeComms(comms))
 	if rep.failed > 0 {
 		log.Fatalf("rank %d: %d checked runs found wrong elements (the #wrong columns)", job.Rank, rep.failed)
 	}
