@@ -186,11 +186,24 @@ func (g *groupRec) record(c *Comm, sym int, args []uintptr) error {
 	g.blocking = mode
 	g.ops = append(g.ops, groupOp{c: c, sym: int32(sym), n: int32(len(args))})
 	if len(g.calls) == 0 {
-		g.calls = append(g.calls, ccall.Entry{}) // ncclGroupStart's, filled at launch
+		g.grow() // ncclGroupStart's, filled at launch
 	}
-	g.calls = append(g.calls, ccall.Entry{Fn: c.lib.fn[sym]})
-	copy(g.calls[len(g.calls)-1].Args[:], args)
+	e := g.grow()
+	e.Fn = c.lib.fn[sym]
+	copy(e.Args[:], args)
 	return nil
+}
+
+// grow adds an entry to the group's calls and returns it. A reused entry
+// keeps what it held: the slots past a call's arguments are not read (the
+// callee takes fewer), and Batch sets each result.
+func (g *groupRec) grow() *ccall.Entry {
+	if n := len(g.calls); n < cap(g.calls) {
+		g.calls = g.calls[:n+1]
+	} else {
+		g.calls = append(g.calls, ccall.Entry{})
+	}
+	return &g.calls[len(g.calls)-1]
 }
 
 // groupEnd closes the level groupBegin opened. ferr, fn's failure, drops the
@@ -341,9 +354,9 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 	// all of them: ncclGroupStart (unless an init opened NCCL's group), the
 	// records in order (g.calls[1:], made by record), the end.
 	if len(g.calls) == 0 {
-		g.calls = append(g.calls, ccall.Entry{})
+		g.grow()
 	}
-	g.calls[0] = ccall.Entry{Fn: l.fn[fnGroupStart]}
+	g.calls[0].Fn = l.fn[fnGroupStart]
 	for i := range g.ops {
 		op, args := &g.ops[i], &g.calls[i+1].Args
 		args[op.n-2] = op.c.h
@@ -351,10 +364,8 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 			cu.noteComm(op.c, args[op.n-1])
 		}
 	}
-	g.calls = append(g.calls, ccall.Entry{Fn: l.fn[end]})
-	if end == fnGroupSimulateEnd {
-		g.calls[len(g.calls)-1].Args[0] = endArg
-	}
+	last := g.grow()
+	last.Fn, last.Args[0] = l.fn[end], endArg // ncclGroupEnd takes no argument
 	calls, first := g.calls, 1
 	if g.ncclOpen {
 		calls, first = calls[1:], 0
