@@ -459,18 +459,8 @@ func TestConcurrentWaitsRevokeOnce(t *testing.T) {
 		comms := initComms(t, l, 2, ctx, nil)
 		c := comms[0]
 		c.SetDeadlineAction(nccl.RevokeOnDeadline)
-		bufs := make([]nccl.Buffer, 2)
-		ss := make([]nccl.Stream, 2)
-		for r, cc := range comms {
-			bufs[r], _ = cu.Alloc(cc.Device(), nccl.Float32, 8)
-			ss[r], _ = cu.NewStream(cc.Device(), nccl.StreamNonBlocking)
-		}
+		bufs, ss := connectedRanks(ctx, cu, comms)
 		var wg sync.WaitGroup
-		for r, cc := range comms {
-			wg.Add(1)
-			go func() { defer wg.Done(); cc.AllReduce(bufs[r], bufs[r], nccl.Sum, ss[r]); cc.Wait(ctx, ss[r]) }()
-		}
-		wg.Wait()
 		s2, _ := cu.NewStream(0, nccl.StreamNonBlocking)
 		c.AllReduce(bufs[0], bufs[0], nccl.Sum, ss[0])
 		c.AllReduce(bufs[0], bufs[0], nccl.Sum, s2)
@@ -513,24 +503,11 @@ func TestWaitAfterRevokeFails(t *testing.T) {
 	defer comms[1].Abort()
 	defer comms[0].Abort()
 	c := comms[0]
-	bufs := make([]nccl.Buffer, 2)
-	ss := make([]nccl.Stream, 2)
-	for r, cc := range comms {
-		bufs[r], _ = cu.Alloc(cc.Device(), nccl.Float32, 8)
-		ss[r], _ = cu.NewStream(cc.Device(), nccl.StreamNonBlocking)
-	}
-	var wg sync.WaitGroup
-	for r, cc := range comms {
-		wg.Add(1)
-		go func() { defer wg.Done(); cc.AllReduce(bufs[r], bufs[r], nccl.Sum, ss[r]); cc.Wait(ctx, ss[r]) }()
-	}
-	wg.Wait()
+	bufs, ss := connectedRanks(ctx, cu, comms)
 	c.AllReduce(bufs[0], bufs[0], nccl.Sum, ss[0]) // peer never comes
 	c.SetDeadlineAction(nccl.RevokeOnDeadline)
 	wctx, wc := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer wc()
-	s2, _ := cu.NewStream(0, nccl.StreamNonBlocking)
-	_ = s2
 	done := make(chan error)
 	go func() {
 		time.Sleep(50 * time.Millisecond)
@@ -542,4 +519,23 @@ func TestWaitAfterRevokeFails(t *testing.T) {
 	if !errors.Is(err, nccl.ErrRevoked) {
 		t.Errorf("Wait: %v, want ErrRevoked (the all-reduce never completed: the communicator was revoked)", err)
 	}
+}
+
+// connectedRanks gives every rank of comms a buffer of 8 floats and a stream,
+// and runs one all-reduce on every rank (a goroutine each), so that the
+// ranks are connected before a test makes one of them wait for a peer.
+func connectedRanks(ctx context.Context, cu *nccl.CUDA, comms []*nccl.Comm) ([]nccl.Buffer, []nccl.Stream) {
+	bufs := make([]nccl.Buffer, len(comms))
+	ss := make([]nccl.Stream, len(comms))
+	for r, cc := range comms {
+		bufs[r], _ = cu.Alloc(cc.Device(), nccl.Float32, 8)
+		ss[r], _ = cu.NewStream(cc.Device(), nccl.StreamNonBlocking)
+	}
+	var wg sync.WaitGroup
+	for r, cc := range comms {
+		wg.Add(1)
+		go func() { defer wg.Done(); cc.AllReduce(bufs[r], bufs[r], nccl.Sum, ss[r]); cc.Wait(ctx, ss[r]) }()
+	}
+	wg.Wait()
+	return bufs, ss
 }

@@ -188,21 +188,19 @@ func TestDroppedCommDoesNotCrash(t *testing.T) {
 	}
 }
 
-// TestCloseDuringOpenCapture: Close while another goroutine's capture holds
-// the communicator's operation refuses (ErrGraphsAlive) instead of waiting in
-// NCCL for a graph that does not exist yet.
-func TestCloseDuringOpenCapture(t *testing.T) {
-	l := open(t, "v230")
+// heldCapture makes one communicator and starts a capture on another
+// goroutine that records an all-reduce of it and then stays open; it returns
+// once the operation is recorded. finish lets the capture end and returns
+// what EndCapture gave.
+func heldCapture(t *testing.T, l *nccl.Library) (c *nccl.Comm, finish func() (*nccl.Graph, error)) {
+	t.Helper()
 	cu := l.CUDA()
-	comms := initComms(t, l, 1, context.Background(), nil)
-	c := comms[0]
+	c = initComms(t, l, 1, context.Background(), nil)[0]
 	s, _ := cu.NewStream(0, nccl.StreamNonBlocking)
 	buf, _ := cu.Alloc(0, nccl.Float32, 8)
-	captured := make(chan struct{})
-	end := make(chan struct{})
+	captured, end, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var g *nccl.Graph
 	var gerr error
-	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		g, gerr = cu.Capture(s, func() error {
@@ -215,6 +213,18 @@ func TestCloseDuringOpenCapture(t *testing.T) {
 		})
 	}()
 	<-captured
+	return c, func() (*nccl.Graph, error) {
+		close(end)
+		<-done
+		return g, gerr
+	}
+}
+
+// TestCloseDuringOpenCapture: Close while another goroutine's capture holds
+// the communicator's operation refuses (ErrGraphsAlive) instead of waiting in
+// NCCL for a graph that does not exist yet.
+func TestCloseDuringOpenCapture(t *testing.T) {
+	c, finish := heldCapture(t, open(t, "v230"))
 	closeRes := make(chan error, 1)
 	go func() { closeRes <- c.Close(context.Background()) }()
 	select {
@@ -225,8 +235,7 @@ func TestCloseDuringOpenCapture(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Errorf("Close during an open capture: still blocked after 2s (NCCL waits for the capture's graph)")
 	}
-	close(end)
-	<-done
+	g, gerr := finish()
 	if g == nil || gerr != nil {
 		t.Fatalf("EndCapture: %v, %v", g, gerr)
 	}
@@ -245,29 +254,7 @@ func TestCloseDuringOpenCapture(t *testing.T) {
 // returns once the capture ends: EndCapture destroys the graph of the aborted
 // communicator and says so.
 func TestAbortDuringOpenCapture(t *testing.T) {
-	l := open(t, "v230")
-	cu := l.CUDA()
-	comms := initComms(t, l, 1, context.Background(), nil)
-	c := comms[0]
-	s, _ := cu.NewStream(0, nccl.StreamNonBlocking)
-	buf, _ := cu.Alloc(0, nccl.Float32, 8)
-	captured := make(chan struct{})
-	end := make(chan struct{})
-	var g *nccl.Graph
-	var gerr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		g, gerr = cu.Capture(s, func() error {
-			if err := c.AllReduce(buf, buf, nccl.Sum, s); err != nil {
-				return err
-			}
-			close(captured)
-			<-end
-			return nil
-		})
-	}()
-	<-captured
+	c, finish := heldCapture(t, open(t, "v230"))
 	ab := make(chan error, 1)
 	go func() { ab <- c.Abort() }()
 	select {
@@ -275,9 +262,7 @@ func TestAbortDuringOpenCapture(t *testing.T) {
 		t.Errorf("Abort returned during the open capture: %v", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	close(end)
-	<-done
-	if g != nil || !errors.Is(gerr, nccl.ErrClosed) {
+	if g, gerr := finish(); g != nil || !errors.Is(gerr, nccl.ErrClosed) {
 		t.Errorf("EndCapture after Abort: %v, %v; want no graph and ErrClosed", g, gerr)
 	}
 	select {
