@@ -14,7 +14,8 @@
 # On a machine of one GPU, the checks of two ranks run where the library lets
 # ranks share a GPU (NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1: the tests
 # get GONCCL_GPU_RANKS=2, the launched examples share GPU 0 through
-# launch.Job.Device); with older libraries they are skipped and say so.
+# launch.Job.Device); with older libraries they are skipped and say so. On a
+# machine of more GPUs, CUDA_VISIBLE_DEVICES=0,1 keeps the checks at 2 ranks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -47,6 +48,8 @@ run)
   date -u >>"$summary"
   nvidia-smi -L >>"$summary" 2>&1
   GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  # CUDA_VISIBLE_DEVICES=0,1 runs the 2-rank checks on a machine of more GPUs.
+  [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && GPUS=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
   # lib label, then env assignments for that library
   check() {
     local label=$1; shift
