@@ -32,8 +32,9 @@
 // of the processes are averaged (nccl-tests' default -a 1). -c checks one
 // extra run against a CPU reference on every rank; wrong elements are summed
 // over ranks, and as in nccl-tests the footer's "Out of bounds values" counts
-// the runs that found any (OK or FAILED): then every process exits 1. -I 1 also records a CUDA event on every stream around each
-// iteration, as nccl-tests' -I does, and prints the iterations' min, max, p99
+// the runs that found any (OK or FAILED): then every process exits 1. -I 1
+// also records a CUDA event on every stream around each iteration, as
+// nccl-tests' -I does, and prints the iterations' min, max, p99
 // and cv% (each iteration the slowest GPU of the job); -json carries every
 // iteration. AlltoAll and AlltoAllv do not run in place in gonccl (their
 // buffers must not overlap): their in-place columns print N/A.
