@@ -24,6 +24,9 @@ type Layout struct {
 // it runs the native ncclAlltoAllv; otherwise grouped Send/Recv, as PyTorch and
 // nccl-tests do, with the same result. The local form always runs grouped: the
 // native call needs every rank's row. send and recv must not overlap.
+// On a stream capturing a CUDA graph the exchange runs grouped too: VCCL's
+// native call cannot be captured (2.29.2 aborts the process); with
+// SetPath(Native) a capture gets an *UnsupportedError.
 //
 // The native call writes into peers' receive buffers as soon as their data is
 // ready, with no "receiver ready" handshake (VCCL's src/rma: the puts wait only
@@ -65,7 +68,18 @@ func (c *Comm) AlltoAllv(send, recv Buffer, m Layout, s Stream) error {
 		return argError(name, "the native ncclAlltoAllv needs the matrix form and buffers from AllocSymmetric")
 	}
 	if native && !local && windows {
-		return c.alltoallvNative(send, recv, m, s)
+		if !capturing(s) {
+			return c.alltoallvNative(send, recv, m, s)
+		}
+		// VCCL 2.29.2 cannot capture its native call: ncclLaunchRmaColl
+		// asserts "RMA Collective does not support cuda graph yet."
+		// (src/rma/rma_coll.cc) and the process aborts. Captured, the
+		// exchange runs grouped.
+		if Path(c.path.Load()) == Native {
+			l := c.lib
+			return &UnsupportedError{Name: "ncclAlltoAllv in a CUDA graph capture", Path: l.Path, Version: l.version,
+				Requires: "a library that can capture it (VCCL 2.29.2 aborts the process); SetPath(Auto) runs it grouped"}
+		}
 	}
 	row := m
 	if !local {
@@ -159,4 +173,11 @@ func (m Layout) check(n, me, sendLen, recvLen int, local bool) error {
 		}
 	}
 	return nil
+}
+
+// capturing reports whether s is capturing a CUDA graph, by whomever. A
+// stream whose state cannot be read counts as not capturing.
+func capturing(s Stream) bool {
+	st, err := s.Capturing()
+	return err == nil && st != CaptureNone
 }

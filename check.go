@@ -2,8 +2,9 @@ package nccl
 
 import (
 	"fmt"
-	"github.com/gonccl/nccl/abi"
 	"math"
+
+	"github.com/gonccl/nccl/abi"
 )
 
 // Range checks run before any C call: NCCL takes ranks, roots, peers, devices,

@@ -1169,9 +1169,12 @@ func TestFakeGraphRMA(t *testing.T) {
 	}
 }
 
-// TestFakeGraphAlltoAllv: VCCL's native ncclAlltoAllv (symmetric buffers, the
-// matrix read when the call is made) is captured, and each launch exchanges
-// that launch's data.
+// TestFakeGraphAlltoAllv: an all-to-all-v on symmetric buffers, where a plain
+// launch takes VCCL's native ncclAlltoAllv, is captured, and each launch
+// exchanges that launch's data. VCCL 2.29.2 aborts the process when its native
+// call is captured (an assertion in ncclLaunchRmaColl, seen on 4 × H200; the
+// fake aborts too): under a capture gonccl runs the exchange grouped, and with
+// SetPath(Native) the capture gets an *UnsupportedError.
 func TestFakeGraphAlltoAllv(t *testing.T) {
 	l := open(t, "vccl11")
 	const nranks, launches = 2, 4
@@ -1222,6 +1225,16 @@ func TestFakeGraphAlltoAllv(t *testing.T) {
 		}
 		ranks[r] = rk
 		if err := recvs[r].Memset(graphSentinel); err != nil {
+			return err
+		}
+		if err := rk.c.SetPath(nccl.Native); err != nil {
+			return err
+		}
+		_, err = l.CUDA().Capture(rk.s, func() error { return rk.c.AlltoAllv(sends[r], recvs[r], m, rk.s) })
+		if ue := (*nccl.UnsupportedError)(nil); !errors.As(err, &ue) || !strings.Contains(ue.Name, "capture") {
+			return fmt.Errorf("native path captured: got %v, want an *UnsupportedError naming the capture", err)
+		}
+		if err := rk.c.SetPath(nccl.Auto); err != nil {
 			return err
 		}
 		rk.g, err = l.CUDA().Capture(rk.s, func() error { return rk.c.AlltoAllv(sends[r], recvs[r], m, rk.s) })

@@ -354,7 +354,8 @@ func (c *Comm) SetPath(p Path) error {
 
 // PathOf says how the next call of the named operation ("AlltoAll", "Gather",
 // "Scatter", "AlltoAllv") would run: Native or Grouped. AlltoAllv runs
-// natively only on buffers in symmetric windows too.
+// natively only on buffers in symmetric windows, and on a stream that is not
+// capturing a CUDA graph, too.
 func (c *Comm) PathOf(op string) Path {
 	if !c.made() {
 		return Grouped

@@ -157,6 +157,9 @@ func main() {
 		check: *check, perIter: b.perIter, graphs: *graphs, register: *register, alloc: b.alloc, json: *asJSON, show: job.Rank == 0}
 	if op.path != "" {
 		rep.path = comms[0].PathOf(op.path).String()
+		if *graphs > 0 && op.path == "AlltoAllv" {
+			rep.path = "grouped" // captured: VCCL's native call cannot be (Comm.AlltoAllv)
+		}
 	}
 	rep.header()
 	b.warmUp(lo, hi, *warm)

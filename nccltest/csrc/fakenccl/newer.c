@@ -342,6 +342,13 @@ static ncclResult_t alltoallv_checked(const void* send, const size_t* sc, const 
     if (!in_symmetric_window(c, send, sendEnd * sz) || !in_symmetric_window(c, recv, recvEnd * sz))
         return fail(ncclInvalidArgument, "%s : buffers not in a valid symmetric window", fn);
     if ((r = check_buf(c, fn, "sendbuff", send, sendEnd * sz)) || (r = check_buf(c, fn, "recvbuff", recv, recvEnd * sz))) return r;
+    /* VCCL 2.29.2 cannot capture it: ncclLaunchRmaColl asserts and the
+     * process aborts (src/rma/rma_coll.cc:177; seen on 4 x H200). */
+    if (fakecuda_stream_capturing(st, c->dev) < 0) {
+        fprintf(stderr, "fakenccl: rma/rma_coll.cc:177: ncclResult_t ncclLaunchRmaColl(ncclComm*, ncclKernelPlan*): "
+                        "Assertion `!capturing && \"RMA Collective does not support cuda graph yet.\"' failed.\n");
+        abort();
+    }
     task* t = calloc(1, sizeof *t);
     *t = (task){.kind = kAlltoAllv, .type = type, .send = send, .recv = recv, .c = c, .stream = st};
     /* VCCL keeps the array pointers and reads them when the group ends: so
