@@ -2,6 +2,9 @@
 # On a GPU machine: nccl-bench against nccl-tests in nccl-tests' four launch
 # modes, plain, -G (operations launched from a CUDA graph), -R 2 (symmetric
 # windows, NCCL's symmetric kernels) and -R 2 -G, judged by alternating runs.
+# MODES may add cpu: plain with -C 1 in both programs, so that the tables
+# compare the host's time of the launches (nccl-tests' cputime), which tells
+# whether a plain loop is bound by the host.
 #
 # For each mode and operation the two programs run REPS times each, in turn,
 # the one that goes first swapping every round (so that neither always runs on
@@ -40,6 +43,7 @@ flags() {
   graph) echo "-G $GRAPH" ;;
   sym) echo "-R 2" ;;
   symgraph) echo "-R 2 -G $GRAPH" ;;
+  cpu) echo "-C 1" ;; # plain, the time columns the host's time of the launches (cputime)
   *) echo "unknown mode $1" >&2; return 1 ;;
   esac
 }
@@ -61,6 +65,7 @@ done
 for mode in $MODES; do
   for op in $OPS; do
     echo "## $mode ($(flags "$mode")) $op, $REPS alternating runs each, out of place"
+    [ "$mode" = cpu ] && echo "Times are cputime (the host's time of the launches per operation); the ratio column is nccl-tests' cputime over nccl-bench's."
     echo "| size (B) | nccl-tests min / median us | nccl-bench min / median us | diff of medians | diff of minima | busbw ratio (medians) | spread tests / bench |"
     echo "|---:|---:|---:|---:|---:|---:|---:|"
     for f in "$OUT/runs/$mode-$op"-tests-*.txt; do awk '$1 ~ /^[0-9]+$/ && NF >= 8 { print "T", $1, $6 }' "$f"; done >"$OUT/t.tmp"

@@ -36,8 +36,12 @@
 // also records a CUDA event on every stream around each iteration, as
 // nccl-tests' -I does, and prints the iterations' min, max, p99
 // and cv% (each iteration the slowest GPU of the job); -json carries every
-// iteration. AlltoAll and AlltoAllv do not run in place in gonccl (their
-// buffers must not overlap): their in-place columns print N/A.
+// iteration. -C 1 prints in the time columns the host's time of the
+// launches per operation (the clock stopped before the synchronisation:
+// nccl-tests' cputime), busbw still from the full time; -json always carries
+// both. Where cputime is close to time, the host's launches bound the loop.
+// AlltoAll and AlltoAllv do not run in place in gonccl (their buffers must
+// not overlap): their in-place columns print N/A.
 //
 // nccl-tests' two launch modes are here too. -G N captures each size's -n
 // timed iterations into a CUDA graph per GPU (thread-local capture, the
@@ -85,6 +89,7 @@ func main() {
 	dtName := flag.String("d", "float", "data type")
 	redName := flag.String("o", "sum", "reduction op")
 	root := flag.Int("r", 0, "root rank")
+	cpuTime := flag.Int("C", 0, "report the host's time of the launches (cputime) in the time columns, as nccl-tests' -C 1; busbw stays from the full time")
 	perIter := flag.Int("I", 0, "per-iteration CUDA event timing (0 or 1): min, max, p99 and cv% of the iterations after each block")
 	ngpu := flag.Int("g", 1, "GPUs driven by each process")
 	graphs := flag.Int("G", 0, "CUDA graph launches: each size's -n iterations captured into a graph per GPU, launched this many times (0: no graph)")
@@ -127,6 +132,9 @@ func main() {
 	if *register < registerNone || *register > registerSymmetric {
 		log.Fatalf("bad -R %d: 0, 1 or 2", *register)
 	}
+	if *cpuTime != 0 && *cpuTime != 1 {
+		log.Fatalf("bad -C %d: 0 or 1", *cpuTime)
+	}
 	if *perIter == 1 && *graphs >= 1 {
 		fmt.Fprintln(os.Stderr, "per-iteration timing (-I) is incompatible with CUDA graph mode (-G). Disabling.")
 		*perIter = 0
@@ -154,7 +162,7 @@ func main() {
 		log.Fatalf("rank %d: %v", job.Rank, err)
 	}
 	rep := &report{w: os.Stdout, op: op.name, lib: lib, ranks: n, job: job, gpus: *ngpu, iters: *iters, warm: *warm,
-		check: *check, perIter: b.perIter, graphs: *graphs, register: *register, alloc: b.alloc, json: *asJSON, show: job.Rank == 0}
+		check: *check, perIter: b.perIter, cpuTime: *cpuTime == 1, graphs: *graphs, register: *register, alloc: b.alloc, json: *asJSON, show: job.Rank == 0}
 	if op.path != "" {
 		rep.path = comms[0].PathOf(op.path).String()
 		if *graphs > 0 && op.path == "AlltoAllv" {

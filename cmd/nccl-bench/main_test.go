@@ -547,6 +547,50 @@ func TestCommandModes(t *testing.T) {
 	}
 }
 
+// TestCommandCPUTime: -C 1 prints nccl-tests' cputime, the host's time of the
+// launches, in the time columns under a "cputime" heading; -json carries both
+// times. With every stream item taking 2 ms on the fake GPU, the launches
+// return long before the streams drain: cputime far below time, and busbw
+// still from the full time.
+func TestCommandCPUTime(t *testing.T) {
+	for _, extra := range [][]string{{"-g", "2"}, {"-np", "2"}} {
+		args := append([]string{"-op", "all_reduce", "-b", "1M", "-e", "4M", "-f", "4", "-n", "5", "-w", "1", "-c", "0"}, extra...)
+		t.Run(strings.Join(extra, " "), func(t *testing.T) {
+			env := []string{"FAKECUDA_DELAY_US=2000"}
+			jout, errOut, code := benchCommandEnv(t, env, "default", append(args, "-json")...)
+			var doc struct {
+				Rows []row
+			}
+			if code != 0 || json.Unmarshal([]byte(jout), &doc) != nil || len(doc.Rows) != 2 {
+				t.Fatalf("-json: exit %d\n%s%s", code, jout, errOut)
+			}
+			for _, r := range doc.Rows {
+				if r.OutTimeUs < 2000 || r.OutCPUUs <= 0 || r.OutCPUUs > r.OutTimeUs/4 || r.InCPUUs <= 0 || r.InCPUUs > r.InTimeUs/4 {
+					t.Errorf("size %d: time %.1f / %.1f us, cputime %.1f / %.1f us: want times of 2 ms or more and cputimes far below",
+						r.Size, r.OutTimeUs, r.InTimeUs, r.OutCPUUs, r.InCPUUs)
+				}
+			}
+			out, errOut, code := benchCommandEnv(t, env, "default", append(args, "-C", "1")...)
+			if code != 0 || !strings.Contains(out, "cputime") {
+				t.Fatalf("-C 1: exit %d, no cputime heading\n%s%s", code, out, errOut)
+			}
+			rows := tableRows(out)
+			if len(rows) != 2 {
+				t.Fatalf("-C 1: %d rows\n%s", len(rows), out)
+			}
+			for _, f := range rows {
+				us, _ := strconv.ParseFloat(f[5], 64)
+				busbw, _ := strconv.ParseFloat(f[7], 64)
+				size, _ := strconv.ParseFloat(f[0], 64)
+				// busbw of a 2-rank all-reduce is size/time; from a 2 ms time, at most size/2000 B/µs.
+				if us <= 0 || us > 500 || busbw <= 0 || busbw > size/2000/1e3*1.01 {
+					t.Errorf("-C 1 row %v: cputime %.2f us, busbw %.4f GB/s: want the host's time and busbw from the full time", f, us, busbw)
+				}
+			}
+		})
+	}
+}
+
 // TestCommandFindsWrongResults: a library returning wrong results (the fake
 // flipping a byte of every collective of 4 KiB or more) makes nccl-bench count
 // the wrong elements in those rows only, say FAILED in nccl-tests' footer with

@@ -20,11 +20,13 @@ type row struct {
 	Op        string     `json:"redop"`
 	Root      int        `json:"root"`
 	OutTimeUs float64    `json:"out_of_place_time_us"`
+	OutCPUUs  float64    `json:"out_of_place_cpu_time_us"`
 	OutAlgBW  float64    `json:"out_of_place_algbw"`
 	OutBusBW  float64    `json:"out_of_place_busbw"`
 	OutWrong  int        `json:"out_of_place_wrong"`
 	OutIter   *iterStats `json:"out_of_place_per_iter,omitempty"`
 	InTimeUs  float64    `json:"in_place_time_us"`
+	InCPUUs   float64    `json:"in_place_cpu_time_us"`
 	InAlgBW   float64    `json:"in_place_algbw"`
 	InBusBW   float64    `json:"in_place_busbw"`
 	InWrong   int        `json:"in_place_wrong"`
@@ -40,9 +42,9 @@ func (r *row) set(inPlace bool, res result, busFactor float64) {
 		bus = alg * busFactor
 	}
 	if inPlace {
-		r.InTimeUs, r.InAlgBW, r.InBusBW, r.InWrong, r.InIter, r.InSkipped = res.us, alg, bus, res.wrong, res.iter, res.skipped
+		r.InTimeUs, r.InCPUUs, r.InAlgBW, r.InBusBW, r.InWrong, r.InIter, r.InSkipped = res.us, res.cpu, alg, bus, res.wrong, res.iter, res.skipped
 	} else {
-		r.OutTimeUs, r.OutAlgBW, r.OutBusBW, r.OutWrong, r.OutIter = res.us, alg, bus, res.wrong, res.iter
+		r.OutTimeUs, r.OutCPUUs, r.OutAlgBW, r.OutBusBW, r.OutWrong, r.OutIter = res.us, res.cpu, alg, bus, res.wrong, res.iter
 	}
 }
 
@@ -68,6 +70,7 @@ type report struct {
 	warm     int
 	check    int
 	perIter  bool
+	cpuTime  bool   // -C 1: the time columns show the host's time of the launches
 	graphs   int    // -G
 	register int    // -R
 	alloc    string // what allocated the buffers
@@ -95,8 +98,12 @@ func (p *report) header() {
 	if p.perIter {
 		it, itu = fmt.Sprintf("  %7s  %7s  %7s  %7s", "min", "max", "p99", "cv"), fmt.Sprintf("  %7s  %7s  %7s  %7s", "(us)", "(us)", "(us)", "(%)")
 	}
+	tm := "time"
+	if p.cpuTime {
+		tm = "cputime"
+	}
 	fmt.Fprintf(p.w, "#\n#%12s %12s %8s %6s %6s   %9s %8s %8s %6s%s   %9s %8s %8s %6s%s\n", "size", "count", "type", "redop", "root",
-		"time", "algbw", "busbw", "#wrong", it, "time", "algbw", "busbw", "#wrong", it)
+		tm, "algbw", "busbw", "#wrong", it, tm, "algbw", "busbw", "#wrong", it)
 	fmt.Fprintf(p.w, "#%12s %12s %8s %6s %6s   %9s %8s %8s %6s%s   %9s %8s %8s %6s%s\n", "(B)", "(elements)", "", "", "",
 		"(us)", "(GB/s)", "(GB/s)", "", itu, "(us)", "(GB/s)", "(GB/s)", "", itu)
 }
@@ -112,9 +119,13 @@ func (p *report) add(r row) {
 	if !p.show || p.json {
 		return
 	}
+	out, in := r.OutTimeUs, r.InTimeUs
+	if p.cpuTime {
+		out, in = r.OutCPUUs, r.InCPUUs
+	}
 	fmt.Fprintf(p.w, " %12d %12d %8s %6s %6d   %s   %s\n", r.Size, r.Count, r.Type, r.Op, r.Root,
-		p.half(r.OutTimeUs, r.OutAlgBW, r.OutBusBW, r.OutWrong, r.OutIter, false),
-		p.half(r.InTimeUs, r.InAlgBW, r.InBusBW, r.InWrong, r.InIter, r.InSkipped))
+		p.half(out, r.OutAlgBW, r.OutBusBW, r.OutWrong, r.OutIter, false),
+		p.half(in, r.InAlgBW, r.InBusBW, r.InWrong, r.InIter, r.InSkipped))
 }
 
 // half is the columns of one of out of place and in place; N/A in each
@@ -171,7 +182,7 @@ func (p *report) end() error {
 	doc := map[string]any{"op": p.op, "nccl": p.lib.Version().String(), "ranks": p.ranks,
 		"processes": p.job.Size, "gpus_per_process": p.gpus, "rows": p.rows, "avg_busbw": avg,
 		"warmup_iters": p.warm, "iterations": p.iters, "validation": p.check,
-		"graph": p.graphs, "local_register": p.register, "register": registerNames[p.register], "allocator": p.alloc}
+		"graph": p.graphs, "local_register": p.register, "report_cputime": p.cpuTime, "register": registerNames[p.register], "allocator": p.alloc}
 	doc["out_of_bounds"] = map[string]any{"count": p.failed, "okay": p.failed == 0}
 	if p.path != "" {
 		doc["path"] = p.path

@@ -17,6 +17,7 @@ import (
 // operation does not run in place (nothing was timed).
 type result struct {
 	us      float64
+	cpu     float64 // the host's time of the launches, nccl-tests' cputime (-C)
 	wrong   int
 	iter    *iterStats
 	skipped bool
@@ -60,9 +61,11 @@ func (b *bench) run(count int, inPlace bool, iters int, check bool) result {
 	if b.perIter {
 		b.record(iters)
 	}
+	cpu := float64(time.Since(t0).Nanoseconds()) / 1e3 / float64(iters)
 	b.sync()
 	us := float64(time.Since(t0).Nanoseconds()) / 1e3 / float64(iters)
-	r := result{us: b.jobReduce([]float64{us}, nccl.Sum)[0] / float64(b.n/len(b.ranks)), wrong: wrong}
+	r := b.timed(us, cpu)
+	r.wrong = wrong
 	if b.perIter {
 		r.iter = stats(b.jobReduce(b.iterTimes(iters), nccl.Max))
 	}
@@ -92,15 +95,27 @@ func (b *bench) runGraphs(count int, inPlace bool, iters int, check bool) result
 	b.barrier()
 	t0 := time.Now()
 	must(b.launchGraphs(b.graphs))
+	// nccl-tests divides the graph launches' host time by the iterations
+	// only, not by the launches as well (BenchTime's cputimeSec): so here.
+	cpu := float64(time.Since(t0).Nanoseconds()) / 1e3 / float64(iters)
 	b.sync()
 	us := float64(time.Since(t0).Nanoseconds()) / 1e3 / float64(iters*b.graphs)
-	r := result{us: b.jobReduce([]float64{us}, nccl.Sum)[0] / float64(b.n/len(b.ranks)), wrong: -1}
+	r := b.timed(us, cpu)
+	r.wrong = -1
 	must(b.destroyGraphs())
 	if check && b.checkable(inPlace) {
 		b.barrier()
 		r.wrong = b.checkGraph(count, inPlace)
 	}
 	return r
+}
+
+// timed is a run's result from this process's µs per operation and host µs
+// of the launches: each averaged over the job's processes (one collective).
+func (b *bench) timed(us, cpu float64) result {
+	t := b.jobReduce([]float64{us, cpu}, nccl.Sum)
+	procs := float64(b.n / len(b.ranks))
+	return result{us: t[0] / procs, cpu: t[1] / procs}
 }
 
 // capture records what fn enqueues on the local streams into one CUDA graph
