@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gonccl/nccl"
+	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/launch"
 )
 
@@ -19,15 +20,17 @@ import (
 // in a job, every GPU's ncclCommInitRank from its own goroutine, as each
 // blocks until all ranks of the job have joined; the unique id is shared as
 // share says (launch.UniqueID: torchrun's store, NCCL_COMM_ID, a file). The
-// communicators are blocking, as nccl-tests' (a context that never ends).
+// communicators are blocking, as nccl-tests' (a context that never ends), and
+// configured as nccl-tests configures them (testsConfig).
 func initJob(lib *nccl.Library, job launch.Job, g int, share launch.Share) ([]*nccl.Comm, error) {
 	ctx := context.Background()
+	cfg := testsConfig(lib)
 	devs := make([]int, g)
 	for i := range devs {
 		devs[i] = job.LocalRank*g + i
 	}
 	if job.Size == 1 {
-		return lib.InitAll(ctx, devs, nil)
+		return lib.InitAll(ctx, devs, cfg)
 	}
 	idCtx, cancel := context.WithTimeout(ctx, time.Minute) // for rank 0's id to arrive
 	id, err := launch.UniqueID(idCtx, lib, job, share)
@@ -42,7 +45,7 @@ func initJob(lib *nccl.Library, job launch.Job, g int, share launch.Share) ([]*n
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			comms[i], errs[i] = lib.InitRank(ctx, dev, id, job.Size*g, job.Rank*g+i, nil)
+			comms[i], errs[i] = lib.InitRank(ctx, dev, id, job.Size*g, job.Rank*g+i, cfg)
 		}()
 	}
 	wg.Wait()
@@ -56,6 +59,19 @@ func initJob(lib *nccl.Library, job launch.Job, g int, share launch.Share) ([]*n
 	}
 	launch.Cleanup(job, share)
 	return comms, nil
+}
+
+// testsConfig is the configuration nccl-tests 2.19 gives its communicators
+// (initComms in src/common.cu): NVLink-centric scheduling from NCCL 2.28 on,
+// which NCCL passes to its kernel launches on GPUs of compute capability 10.0
+// and up (CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING, enqueue.cc).
+// Older libraries get NCCL's defaults (nil), as nccl-tests built against them.
+func testsConfig(lib *nccl.Library) *nccl.Config {
+	if !lib.Version().AtLeast(abi.V(2, 28, 0)) {
+		return nil
+	}
+	one := int32(1)
+	return &nccl.Config{NvlinkCentricSched: &one}
 }
 
 // closeComms closes the communicators together: finalizing one may wait for
