@@ -20,6 +20,11 @@
 #
 #   REPS=5 OPS="all_reduce sendrecv" CPUS=0-3 scripts/bench-modes.sh [OUT]
 #   MODES="plain graph" SIZES="-b 8 -e 8" ITERS="-n 2000 -w 1000" scripts/bench-modes.sh
+#   NP=4 OPS=all_reduce scripts/bench-modes.sh    # one process per GPU: both under mpirun
+#
+# With NP, each program runs as NP processes of one GPU each under the same
+# mpirun: nccl-tests' MPI build (scripts/build-nccl-tests-mpi.sh), nccl-bench
+# sharing NCCL's id through NCCL_COMM_ID; GPUS is then ignored.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 export NCCL_NVLS_ENABLE=0
@@ -36,6 +41,17 @@ T=${T:-$(bash .gpu/build-nccl-tests.sh)} || { echo "nccl-tests did not build"; e
 B=.gpu/bin/nccl-bench
 PIN=()
 [ -n "${CPUS:-}" ] && PIN=(taskset -c "$CPUS")
+TESTS=() BENCH=()
+if [ -n "${NP:-}" ]; then
+  TM=${TM:-$(bash scripts/build-nccl-tests-mpi.sh)} || { echo "nccl-tests with MPI did not build"; exit 1; }
+  T=$TM GPUS="-g 1"
+  MPIRUN=(mpirun --allow-run-as-root -np "$NP" --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH)
+  TESTS=("${MPIRUN[@]}")
+fi
+# bench_launcher: the mpirun of one nccl-bench job, its id at a fresh port.
+bench_launcher() {
+  [ -n "${NP:-}" ] && BENCH=("${MPIRUN[@]}" -x NCCL_COMM_ID=127.0.0.1:$((29500 + RANDOM % 400)))
+}
 
 flags() {
   case $1 in
@@ -53,18 +69,20 @@ for mode in $MODES; do
   for op in $OPS; do
     for rep in $(seq "$REPS"); do
       # shellcheck disable=SC2086
-      run_tests() { timeout 300 "${PIN[@]}" "$T/${op}_perf" $SIZES $ITERS $GPUS -c 0 $mf >"$OUT/runs/$mode-$op-tests-$rep.txt" 2>&1; }
+      run_tests() { timeout 300 "${PIN[@]}" "${TESTS[@]}" "$T/${op}_perf" $SIZES $ITERS $GPUS -c 0 $mf >"$OUT/runs/$mode-$op-tests-$rep.txt" 2>&1; }
       # shellcheck disable=SC2086
-      run_bench() { timeout 300 "${PIN[@]}" $B -op "$op" $SIZES $ITERS $GPUS -c 0 $mf >"$OUT/runs/$mode-$op-bench-$rep.txt" 2>&1; }
+      run_bench() { bench_launcher; timeout 300 "${PIN[@]}" "${BENCH[@]}" $B -op "$op" $SIZES $ITERS $GPUS -c 0 $mf >"$OUT/runs/$mode-$op-bench-$rep.txt" 2>&1; }
       if [ $((rep % 2)) -eq 1 ]; then run_tests; run_bench; else run_bench; run_tests; fi
     done
   done
 done
 
 # summary: one table per mode and operation
+LAYOUT=$GPUS
+[ -n "${NP:-}" ] && LAYOUT="$NP processes under mpirun"
 for mode in $MODES; do
   for op in $OPS; do
-    echo "## $mode ($(flags "$mode")) $op, $REPS alternating runs each, out of place"
+    echo "## $mode ($(flags "$mode")) $op, $LAYOUT, $REPS alternating runs each, out of place"
     [ "$mode" = cpu ] && echo "Times are cputime (the host's time of the launches per operation); the ratio column is nccl-tests' cputime over nccl-bench's."
     echo "| size (B) | nccl-tests min / median us | nccl-bench min / median us | diff of medians | diff of minima | busbw ratio (medians) | spread tests / bench |"
     echo "|---:|---:|---:|---:|---:|---:|---:|"

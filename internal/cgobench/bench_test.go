@@ -130,6 +130,35 @@ func BenchmarkAllReduceCcallLifecycle(b *testing.B) {
 	}
 }
 
+// AllReduceCcallAsymmetric is a design not taken, timed for comparison: the
+// call marks itself in and out of the communicator with plain stores (no
+// locked instruction) and loads the state, and Abort would pay for the
+// ordering with membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) between setting
+// the state and reading the mark (an asymmetric Dekker, as userspace RCU
+// does). A plain mark counts one caller at a time only: two goroutines
+// calling one communicator at once (which NCCL forbids but cannot stop)
+// would let Abort free it under a call. docs/call-cost.md has the numbers.
+func BenchmarkAllReduceCcallAsymmetric(b *testing.B) {
+	f, p, ch, sh := rawAllReduce(b)
+	type comm struct {
+		inCall uint32 // written by the one caller, read by Abort after its membarrier
+		state  atomic.Uint32
+	}
+	c := new(comm)
+	b.ReportAllocs()
+	for b.Loop() {
+		c.inCall = 1
+		if c.state.Load() != 0 {
+			b.Fatal("not open")
+		}
+		r := ccall.Call(f, p, p, 0, 7, 0, ch, sh)
+		c.inCall = 0
+		if r != 0 {
+			b.Fatal(r)
+		}
+	}
+}
+
 // rawAllReduce is ncclAllReduce's address and the arguments AllReduceCgo passes.
 func rawAllReduce(b *testing.B) (f, buf, comm, stream uintptr) {
 	_, c, bf, s := setup(b)
