@@ -12,7 +12,8 @@
 #   - launches from a CUDA graph (-G): no host work per operation;
 #   - a blocking sync between iterations is not available in nccl-tests, so
 #     the enqueue rate is measured apart: nccl-bench's -I 1 per-iteration
-#     timing gives the GPU time of each iteration, to set beside the wall time.
+#     timing gives the GPU time of each iteration, to set beside the wall time,
+#     and both programs' -C 1 the host's time of the launches.
 #
 #   RUNS=8 scripts/bench-floors.sh [OUT]
 set -uo pipefail
@@ -57,4 +58,8 @@ setting "two-cores-$first,$other" taskset -c "$first,$other" "$T/all_reduce_perf
 setting "graph-G20-unpinned" "$T/all_reduce_perf" -G 20
 setting "nccl-bench-unpinned" .gpu/bin/nccl-bench -op all_reduce
 setting "nccl-bench-I1-unpinned" .gpu/bin/nccl-bench -op all_reduce -I 1
+# -C 1: the host's time of the launches per operation (cputime) in place of
+# the time; near the time, the host's launches set the floor.
+setting "cputime-unpinned" "$T/all_reduce_perf" -C 1
+setting "nccl-bench-cputime-unpinned" .gpu/bin/nccl-bench -op all_reduce -C 1
 cat "$OUT/topology.txt"

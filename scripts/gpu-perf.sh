@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The performance measurements of one lease of a 4-GPU machine, phase by
+# phase, each phase's summary written to OUT as soon as it ends (a lease cut
+# short still brings back the phases done):
+#
+#   modes-g4     all_reduce, one process driving 4 GPUs: plain, -G, -R 2, -R 2 -G and
+#                cpu (plain with -C 1: the host's time of the launches), nccl-bench
+#                against nccl-tests in alternating runs (scripts/bench-modes.sh)
+#   modes-np4    the same, one process per GPU under mpirun (nccl-tests' MPI build)
+#   ops-g4       every other operation, plain and -G, 4 GPUs in one process
+#   floors       where the 8-byte floors come from, 4 GPUs (scripts/bench-floors.sh)
+#   nonblocking  examples/captured -np 4, blocking (the default) and -nonblocking:
+#                µs per plainly launched and per graph-launched all-reduce
+#   vccl         VCCL's native ncclAlltoAllv against grouped send/recv, -g 4 and -np 4,
+#                busbw, then every byte checked
+#   modes-g2     all_reduce modes on GPUs 0,1, one process
+#   modes-np2    the same, one process per GPU
+#
+#   scripts/gpu-perf.sh OUT                          # every phase, in that order
+#   PHASES="modes-g4 floors" REPS=3 scripts/gpu-perf.sh OUT
+#
+# Binaries from `scripts/gpu-check.sh build`; nccl-tests from .gpu/nccl-tests
+# and VCCL from .gpu/vccl, built here by .gpu/build-nccl-tests.sh,
+# scripts/build-nccl-tests-mpi.sh and .gpu/build-vccl.sh (VCCL in the
+# background: the vccl phase waits for it). NCCL_NVLS_ENABLE=0 always.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit
+export NCCL_NVLS_ENABLE=0
+OUT=${1:?usage: $0 OUT}
+mkdir -p "$OUT"
+PHASES=${PHASES:-"modes-g4 modes-np4 ops-g4 floors nonblocking vccl modes-g2 modes-np2"}
+REPS=${REPS:-3}
+progress="$OUT/progress.txt"
+say() { echo "$(date -u +%T) $*" | tee -a "$progress"; }
+{ date -u; nvidia-smi -L; } >"$OUT/machine.txt" 2>&1
+
+vccl_build="$OUT/build-vccl.txt"
+if [[ " $PHASES " == *" vccl "* ]]; then
+  (bash .gpu/build-vccl.sh >"$vccl_build" 2>&1) &
+fi
+T=$(bash .gpu/build-nccl-tests.sh 2>"$OUT/build-nccl-tests.txt") || { T=; say "nccl-tests did not build: the phases against it will say so"; }
+TM=
+if [[ " $PHASES " == *"-np"* ]]; then
+  TM=$(bash scripts/build-nccl-tests-mpi.sh 2>"$OUT/build-nccl-tests-mpi.txt") || { TM=; say "nccl-tests with MPI did not build"; }
+fi
+export T TM
+say "nccl-tests $T, with MPI ${TM:-none}"
+
+# modes NAME ENV...: bench-modes.sh's all_reduce tables in OUT/NAME.md.
+modes() {
+  local name=$1
+  shift
+  env "$@" REPS="$REPS" OPS=all_reduce MODES="plain graph sym symgraph cpu" bash scripts/bench-modes.sh "$OUT/$name" >"$OUT/$name.log" 2>&1
+  cp "$OUT/$name/modes.md" "$OUT/$name.md" 2>/dev/null
+}
+
+for phase in $PHASES; do
+  say "phase $phase"
+  case $phase in
+  modes-g4) modes modes-g4 GPUS="-g 4" ;;
+  modes-np4) if [ -n "$TM" ]; then modes modes-np4 NP=4; else say "skipped: no nccl-tests with MPI"; fi ;;
+  modes-g2) modes modes-g2 CUDA_VISIBLE_DEVICES=0,1 GPUS="-g 2" ;;
+  modes-np2) if [ -n "$TM" ]; then modes modes-np2 CUDA_VISIBLE_DEVICES=0,1 NP=2; else say "skipped: no nccl-tests with MPI"; fi ;;
+  ops-g4)
+    REPS=2 GPUS="-g 4" MODES="plain graph" SIZES="-b 8 -e 1G -f 8" \
+      OPS="all_gather reduce_scatter broadcast reduce alltoall gather scatter sendrecv alltoallv" \
+      bash scripts/bench-modes.sh "$OUT/ops-g4" >"$OUT/ops-g4.log" 2>&1
+    cp "$OUT/ops-g4/modes.md" "$OUT/ops-g4.md" 2>/dev/null
+    ;;
+  floors)
+    RUNS=5 ARGS="-b 8 -e 8 -g 4 -n 2000 -w 1000 -c 0" bash scripts/bench-floors.sh "$OUT/floors" >"$OUT/floors.log" 2>&1
+    cp "$OUT/floors/floors.txt" "$OUT/floors.txt" 2>/dev/null
+    ;;
+  nonblocking)
+    for mode in "" "-nonblocking"; do
+      for rep in 1 2 3; do
+        timeout 120 .gpu/bin/examples/captured -np 4 $mode -timeout 60s 2>&1 | grep -m1 "rank 0/" |
+          sed "s/^/captured -np 4 ${mode:-(blocking)} run $rep: /" >>"$OUT/nonblocking.txt"
+      done
+    done
+    ;;
+  vccl)
+    wait
+    VC=$(tail -1 "$vccl_build")
+    if [ ! -f "$VC/libnccl.so.2" ]; then
+      say "VCCL did not build: $(tail -3 "$vccl_build" | tr '\n' ' ')"
+      continue
+    fi
+    for layout in "-g 4" "-np 4"; do
+      for form in "" "-grouped"; do
+        f="$OUT/vccl/${layout// /}${form}.txt"
+        mkdir -p "$OUT/vccl"
+        # VCCL prints "RMA Work Batch" dumps on ranks but 0: only the table's lines are kept.
+        GONCCL_NCCL_LIB=$VC timeout 300 .gpu/bin/nccl-bench -op alltoallv $layout $form -b 1K -e 1G -f 4 -n 40 -w 5 -c 0 2>&1 |
+          grep -E '^#|^ +[0-9]+ +[0-9]+ ' >"$f"
+        GONCCL_NCCL_LIB=$VC timeout 300 .gpu/bin/nccl-bench -op alltoallv $layout $form -d uint8 -c 1 -b 8 -e 16M -f 32 -n 5 -w 1 >/tmp/gpu-perf-check.txt 2>&1
+        echo "check ($layout $form, bytes): exit $? $(awk -f scripts/bench-wrong.awk /tmp/gpu-perf-check.txt)" >>"$f"
+      done
+    done
+    ;;
+  *) say "unknown phase $phase" ;;
+  esac
+done
+say "end"
