@@ -296,6 +296,19 @@ func TestGPUCopyInComplete(t *testing.T) {
 	}
 }
 
+// TestGPUAlltoAllvCaptured: an all-to-all-v on symmetric buffers captured into
+// a CUDA graph per rank, four launches checked in every element. VCCL 2.29.2
+// aborts the process when its native ncclAlltoAllv is captured (an assertion
+// in ncclLaunchRmaColl, seen on 4 × H200): there the capture runs grouped, and
+// SetPath(Native) is refused with an *UnsupportedError.
+func TestGPUAlltoAllvCaptured(t *testing.T) {
+	l, n := openReal(t)
+	if n < 2 {
+		t.Skip("needs 2 ranks")
+	}
+	graphAlltoAllv(t, l, n)
+}
+
 // TestGPUTyped: AlltoAll, Gather and Scatter by the native and the grouped path
 // for every type, typed reductions in place, and AlltoAllv by every form
 // (native on a VCCL build), on the real library the search finds.
