@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
-# The performance measurements of one lease of a 4-GPU machine, phase by
-# phase, each phase's summary written to OUT as soon as it ends (a lease cut
-# short still brings back the phases done):
+# The performance measurements of one lease of a machine of N GPUs (every GPU
+# nvidia-smi lists, or N; 4 or 8), phase by phase, each phase's summary
+# written to OUT as soon as it ends (a lease cut short still brings back the
+# phases done):
 #
-#   modes-g4     all_reduce, one process driving 4 GPUs: plain, -G, -R 2, -R 2 -G and
+#   modes-g      all_reduce, one process driving N GPUs: plain, -G, -R 2, -R 2 -G and
 #                cpu (plain with -C 1: the host's time of the launches), nccl-bench
 #                against nccl-tests in alternating runs (scripts/bench-modes.sh)
-#   modes-np4    the same, one process per GPU under mpirun (nccl-tests' MPI build)
-#   ops-g4       every other operation, plain and -G, 4 GPUs in one process
-#   floors       where the 8-byte floors come from, 4 GPUs (scripts/bench-floors.sh)
-#   nonblocking  examples/captured -np 4, blocking (the default) and -nonblocking:
+#   modes-np     the same, one process per GPU under mpirun (nccl-tests' MPI build)
+#   ops-g        every other operation, plain and -G, N GPUs in one process
+#   floors       where the 8-byte floors come from, N GPUs (scripts/bench-floors.sh)
+#   nonblocking  examples/captured -np N, blocking (the default) and -nonblocking:
 #                µs per plainly launched and per graph-launched all-reduce
-#   vccl         VCCL's native ncclAlltoAllv against grouped send/recv, -g 4 and -np 4,
+#   vccl         VCCL's native ncclAlltoAllv against grouped send/recv, -g N and -np N,
 #                busbw, then every byte checked
 #   modes-g2     all_reduce modes on GPUs 0,1, one process
 #   modes-np2    the same, one process per GPU
 #
 #   scripts/gpu-perf.sh OUT                          # every phase, in that order
-#   PHASES="modes-g4 floors" REPS=3 scripts/gpu-perf.sh OUT
+#   PHASES="modes-g floors" REPS=3 N=4 scripts/gpu-perf.sh OUT
 #
 # Binaries from `scripts/gpu-check.sh build`; nccl-tests from .gpu/nccl-tests
 # and VCCL from .gpu/vccl, built here by .gpu/build-nccl-tests.sh,
@@ -28,7 +29,8 @@ cd "$(dirname "$0")/.." || exit
 export NCCL_NVLS_ENABLE=0
 OUT=${1:?usage: $0 OUT}
 mkdir -p "$OUT"
-PHASES=${PHASES:-"modes-g4 modes-np4 ops-g4 floors nonblocking vccl modes-g2 modes-np2"}
+PHASES=${PHASES:-"modes-g modes-np ops-g floors nonblocking vccl modes-g2 modes-np2"}
+N=${N:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
 REPS=${REPS:-3}
 progress="$OUT/progress.txt"
 say() { echo "$(date -u +%T) $*" | tee -a "$progress"; }
@@ -57,25 +59,25 @@ modes() {
 for phase in $PHASES; do
   say "phase $phase"
   case $phase in
-  modes-g4) modes modes-g4 GPUS="-g 4" ;;
-  modes-np4) if [ -n "$TM" ]; then modes modes-np4 NP=4; else say "skipped: no nccl-tests with MPI"; fi ;;
+  modes-g) modes "modes-g$N" GPUS="-g $N" ;;
+  modes-np) if [ -n "$TM" ]; then modes "modes-np$N" NP="$N"; else say "skipped: no nccl-tests with MPI"; fi ;;
   modes-g2) modes modes-g2 CUDA_VISIBLE_DEVICES=0,1 GPUS="-g 2" ;;
   modes-np2) if [ -n "$TM" ]; then modes modes-np2 CUDA_VISIBLE_DEVICES=0,1 NP=2; else say "skipped: no nccl-tests with MPI"; fi ;;
-  ops-g4)
-    REPS=2 GPUS="-g 4" MODES="plain graph" SIZES="-b 8 -e 1G -f 8" \
+  ops-g)
+    REPS=2 GPUS="-g $N" MODES="plain graph" SIZES="-b 8 -e 1G -f 8" \
       OPS="all_gather reduce_scatter broadcast reduce alltoall gather scatter sendrecv alltoallv" \
-      bash scripts/bench-modes.sh "$OUT/ops-g4" >"$OUT/ops-g4.log" 2>&1
-    cp "$OUT/ops-g4/modes.md" "$OUT/ops-g4.md" 2>/dev/null
+      bash scripts/bench-modes.sh "$OUT/ops-g$N" >"$OUT/ops-g$N.log" 2>&1
+    cp "$OUT/ops-g$N/modes.md" "$OUT/ops-g$N.md" 2>/dev/null
     ;;
   floors)
-    RUNS=5 ARGS="-b 8 -e 8 -g 4 -n 2000 -w 1000 -c 0" bash scripts/bench-floors.sh "$OUT/floors" >"$OUT/floors.log" 2>&1
+    RUNS=5 ARGS="-b 8 -e 8 -g $N -n 2000 -w 1000 -c 0" bash scripts/bench-floors.sh "$OUT/floors" >"$OUT/floors.log" 2>&1
     cp "$OUT/floors/floors.txt" "$OUT/floors.txt" 2>/dev/null
     ;;
   nonblocking)
     for mode in "" "-nonblocking"; do
       for rep in 1 2 3; do
-        timeout 120 .gpu/bin/examples/captured -np 4 $mode -timeout 60s 2>&1 | grep -m1 "rank 0/" |
-          sed "s/^/captured -np 4 ${mode:-(blocking)} run $rep: /" >>"$OUT/nonblocking.txt"
+        timeout 120 .gpu/bin/examples/captured -np "$N" $mode -timeout 60s 2>&1 | grep -m1 "rank 0/" |
+          sed "s/^/captured -np $N ${mode:-(blocking)} run $rep: /" >>"$OUT/nonblocking.txt"
       done
     done
     ;;
@@ -86,7 +88,7 @@ for phase in $PHASES; do
       say "VCCL did not build: $(tail -3 "$vccl_build" | tr '\n' ' ')"
       continue
     fi
-    for layout in "-g 4" "-np 4"; do
+    for layout in "-g $N" "-np $N"; do
       for form in "" "-grouped"; do
         f="$OUT/vccl/${layout// /}${form}.txt"
         mkdir -p "$OUT/vccl"
