@@ -175,9 +175,13 @@ func (m Layout) check(n, me, sendLen, recvLen int, local bool) error {
 	return nil
 }
 
-// capturing reports whether s is capturing a CUDA graph, by whomever. A
-// stream whose state cannot be read counts as not capturing.
+// capturing reports whether s is capturing a CUDA graph, by whomever: one
+// cudaStreamIsCapturing. The legacy stream cannot capture, and a stream
+// whose state cannot be read counts as not capturing.
 func capturing(s Stream) bool {
+	if s.h == 0 {
+		return false
+	}
 	st, err := s.Capturing()
 	return err == nil && st != CaptureNone
 }
