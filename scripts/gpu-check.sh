@@ -175,6 +175,8 @@ run)
     run_example env "$@" $E/captured -np 2 "${few[@]}" $T
     if [ "$GPUS" -lt 2 ]; then run_example env "$@" $E/captured -np 2 -nonblocking "${few[@]}" $T
     else run_example env "$@" $E/captured -np 2 -nonblocking $T; fi
+    # The documented fast path: a graph over buffers in symmetric windows.
+    run_example env "$@" $E/captured -np 2 -symmetric "${few[@]}" $T
     # One process driving every GPU with its iterations captured into a graph
     # per GPU (-G): each GPU's capture is open while the others' end (EndCapture
     # instantiates the graphs once the last ends; before, CUDA refused with

@@ -10,8 +10,9 @@
 #   modes-np     the same, one process per GPU under mpirun (nccl-tests' MPI build)
 #   ops-g        every other operation, plain and -G, N GPUs in one process
 #   floors       where the 8-byte floors come from, N GPUs (scripts/bench-floors.sh)
-#   nonblocking  examples/captured -np N, blocking (the default) and -nonblocking:
-#                µs per plainly launched and per graph-launched all-reduce
+#   nonblocking  examples/captured -np N, blocking (the default), -nonblocking and
+#                -symmetric (the documented fast path: a graph over symmetric
+#                buffers): µs per plainly launched and per graph-launched all-reduce
 #   vccl         VCCL's native ncclAlltoAllv against grouped send/recv, -g N and -np N,
 #                busbw, then every byte checked
 #   modes-g2     all_reduce modes on GPUs 0,1, one process
@@ -74,7 +75,7 @@ for phase in $PHASES; do
     cp "$OUT/floors/floors.txt" "$OUT/floors.txt" 2>/dev/null
     ;;
   nonblocking)
-    for mode in "" "-nonblocking"; do
+    for mode in "" "-nonblocking" "-symmetric"; do
       for rep in 1 2 3; do
         timeout 120 .gpu/bin/examples/captured -np "$N" $mode -timeout 60s 2>&1 | grep -m1 "rank 0/" |
           sed "s/^/captured -np $N ${mode:-(blocking)} run $rep: /" >>"$OUT/nonblocking.txt"

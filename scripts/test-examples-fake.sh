@@ -87,6 +87,7 @@ run default $E/captured -replays 200 -ops 4 -n 256
 run v230 $E/captured -replays 200 -ops 4 -n 256
 run default $E/captured -np 2 -replays 200 -ops 4 -n 256 -timeout 30s
 run default $E/captured -np 2 -nonblocking -replays 200 -ops 4 -n 256 -timeout 30s
+run default $E/captured -np 2 -symmetric -replays 200 -ops 4 -n 256 -timeout 30s
 
 bench() { # bench VARIANT ARGS...: nccl-bench; every result it checks must be right
   local v=$1

@@ -13,6 +13,10 @@
 // closed: NCCL >= 2.26 waits in ncclCommDestroy for graphs that hold its
 // operations, and gonccl's Close refuses while one does (ErrGraphsAlive).
 //
+// -symmetric puts the buffers in symmetric windows (Comm.AllocSymmetric, NCCL
+// >= 2.27), where NCCL runs its symmetric kernels: with a graph, the fast path
+// for small all-reduces.
+//
 // Alone it runs one goroutine per GPU (-gpus, default all), each launching its
 // own rank's graph. Started by a launcher (torchrun, mpirun, srun) or with
 // -np N, it runs one rank per process, which NCCL recommends with graphs.
@@ -36,6 +40,7 @@ import (
 type params struct {
 	ops, n, replays int
 	nonBlocking     bool
+	symmetric       bool
 	timeout         time.Duration
 }
 
@@ -46,6 +51,7 @@ func main() {
 	flag.IntVar(&p.n, "n", 1024, "float32 elements per all-reduce")
 	flag.IntVar(&p.replays, "replays", 1000, "graph launches, and plain steps to compare")
 	flag.BoolVar(&p.nonBlocking, "nonblocking", false, "a non-blocking communicator: abortable inside NCCL, but NCCL launches each plain operation from a thread it starts")
+	flag.BoolVar(&p.symmetric, "symmetric", false, "buffers in symmetric windows (Comm.AllocSymmetric, NCCL >= 2.27): NCCL's symmetric kernels")
 	flag.DurationVar(&p.timeout, "timeout", 60*time.Second, "deadline for the other ranks to join and finish every replay, and again to close")
 	lf := launch.Register(flag.CommandLine)
 	flag.Parse()
@@ -72,6 +78,9 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
 	what := fmt.Sprintf("%d all-reduces of %d float32 per graph, %d replays, NCCL %s", p.ops, p.n, p.replays, lib.Version())
+	if p.symmetric {
+		what += ", symmetric buffers"
+	}
 	if job.Launcher != launch.Alone { // one rank in this process
 		via, _ := launch.Choose(job, lf.Share())
 		id, err := launch.UniqueID(ctx, lib, job, lf.Share())
@@ -157,12 +166,16 @@ func rank(ctx context.Context, lib *nccl.Library, id nccl.UniqueID, dev, n, r in
 	}
 	defer s.Destroy()
 	total := p.ops * p.n
-	in, err := cu.Alloc(dev, nccl.Float32, total)
+	alloc := func() (nccl.Buffer, error) { return cu.Alloc(dev, nccl.Float32, total) }
+	if p.symmetric { // every rank together; freed before the communicator is closed
+		alloc = func() (nccl.Buffer, error) { return comm.AllocSymmetric(nccl.Float32, total) }
+	}
+	in, err := alloc()
 	if err != nil {
 		return t, err
 	}
 	defer in.Free()
-	out, err := cu.Alloc(dev, nccl.Float32, total)
+	out, err := alloc()
 	if err != nil {
 		return t, err
 	}
