@@ -173,6 +173,8 @@ func write(w io.Writer, r *report) {
 		}
 		if r.NCCL.AlltoAllvABI != 0 {
 			fmt.Fprintf(w, "  ncclAlltoAllv ABI: %d arguments (set GONCCL_ALLTOALLV_ABI=10 or 11 to choose)\n", r.NCCL.AlltoAllvABI)
+			fmt.Fprint(w, "  ncclAlltoAllv: native on symmetric buffers; grouped under a CUDA graph capture (VCCL aborts there);\n"+
+				"    the peers' puts wait for no receiver: see Comm.AlltoAllv (docs/loading.md)\n")
 		}
 	} else {
 		fmt.Fprintf(w, "  NOT LOADED: %s\n", r.NCCL.Error)
