@@ -21,6 +21,9 @@
 #   scripts/gpu-perf.sh OUT                          # every phase, in that order
 #   PHASES="modes-g floors" REPS=3 N=4 scripts/gpu-perf.sh OUT
 #
+# T and TM name nccl-tests' folders of binaries (plain and MPI) already built;
+# SIZES (the modes phases) and OPS_SIZES (ops-g) replace the size sweeps.
+#
 # Binaries from `scripts/gpu-check.sh build`; nccl-tests from .gpu/nccl-tests
 # and VCCL from .gpu/vccl, built here by .gpu/build-nccl-tests.sh,
 # scripts/build-nccl-tests-mpi.sh and .gpu/build-vccl.sh (VCCL in the
@@ -41,9 +44,9 @@ vccl_build="$OUT/build-vccl.txt"
 if [[ " $PHASES " == *" vccl "* ]]; then
   (bash .gpu/build-vccl.sh >"$vccl_build" 2>&1) &
 fi
-T=$(bash .gpu/build-nccl-tests.sh 2>"$OUT/build-nccl-tests.txt") || { T=; say "nccl-tests did not build: the phases against it will say so"; }
-TM=
-if [[ " $PHASES " == *"-np"* ]]; then
+T=${T:-$(bash .gpu/build-nccl-tests.sh 2>"$OUT/build-nccl-tests.txt")} || { T=; say "nccl-tests did not build: the phases against it will say so"; }
+TM=${TM:-}
+if [[ " $PHASES " == *"-np"* && -z "$TM" ]]; then
   TM=$(bash scripts/build-nccl-tests-mpi.sh 2>"$OUT/build-nccl-tests-mpi.txt") || { TM=; say "nccl-tests with MPI did not build"; }
 fi
 export T TM
@@ -65,7 +68,7 @@ for phase in $PHASES; do
   modes-g2) modes modes-g2 CUDA_VISIBLE_DEVICES=0,1 GPUS="-g 2" ;;
   modes-np2) if [ -n "$TM" ]; then modes modes-np2 CUDA_VISIBLE_DEVICES=0,1 NP=2; else say "skipped: no nccl-tests with MPI"; fi ;;
   ops-g)
-    REPS=2 GPUS="-g $N" MODES="plain graph" SIZES="-b 8 -e 1G -f 8" \
+    REPS=2 GPUS="-g $N" MODES="plain graph" SIZES=${OPS_SIZES:-"-b 8 -e 1G -f 8"} \
       OPS="all_gather reduce_scatter broadcast reduce alltoall gather scatter sendrecv alltoallv" \
       bash scripts/bench-modes.sh "$OUT/ops-g$N" >"$OUT/ops-g$N.log" 2>&1
     cp "$OUT/ops-g$N/modes.md" "$OUT/ops-g$N.md" 2>/dev/null
