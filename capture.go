@@ -1,11 +1,14 @@
 package nccl
 
 import (
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gonccl/nccl/internal/ccall"
 )
 
 // The captures gonccl began, by stream and OS thread: what the guards of
@@ -120,16 +123,68 @@ func (cu *CUDA) noteRecord(ev, h uintptr) {
 }
 
 // noteComm records that c enqueued an operation on stream h, if h captures:
-// the graph will hold c's operations (see Comm.Close).
-func (cu *CUDA) noteComm(c *Comm, h uintptr) {
+// the graph will hold c's operations (see Comm.Close). It reports whether h
+// captures.
+func (cu *CUDA) noteComm(c *Comm, h uintptr) bool {
 	cu.capt.mu.Lock()
 	defer cu.capt.mu.Unlock()
+	captured := false
 	for _, cp := range cu.capt.open {
-		if cp.stream == h && h != 0 && !slices.Contains(cp.comms, c) {
-			cp.comms = append(cp.comms, c)
-			c.graphs.Add(1) // the capture holds c from now on; its graph inherits the hold
+		if cp.stream == h && h != 0 {
+			captured = true
+			if !slices.Contains(cp.comms, c) {
+				cp.comms = append(cp.comms, c)
+				c.graphs.Add(1) // the capture holds c from now on; its graph inherits the hold
+			}
 		}
 	}
+	return captured
+}
+
+// NCCL connects a communicator's ranks inside their first operations (2.22+;
+// Send/Recv peers always). With several communicators in one group it
+// connects them on threads of its own, but with one (one goroutine per GPU,
+// or one GPU per process) it connects on the calling thread, where the
+// thread-local capture forbids what a connection between two GPUs of one
+// process needs: NCCL 2.28.3 on 4 × H100 failed the captured first all-to-all
+// of four goroutines with "failed to peer with device 0(=60): 900 operation
+// not permitted when stream is capturing" (cudaDeviceEnablePeerAccess, in
+// p2p.cc). NCCL relaxes the thread around its own allocations for the same
+// reason; gonccl relaxes it around an NCCL call on a capturing stream, so
+// that a captured operation connects as it would outside the capture.
+
+// relax puts the calling OS thread in CUDA's relaxed capture mode, locking
+// the goroutine to it, and returns the mode to restore with unrelax. ok is
+// false where the runtime lacks cudaThreadExchangeStreamCaptureMode or refuses
+// it: nothing was changed.
+func (cu *CUDA) relax() (prev int32, ok bool) {
+	if !cu.has(cuThreadExchangeStreamCaptureMode) {
+		return 0, false
+	}
+	runtime.LockOSThread()
+	prev = captureModeRelaxed
+	if cu.cudaThreadExchangeStreamCaptureMode(&prev) != nil {
+		runtime.UnlockOSThread()
+		return 0, false
+	}
+	return prev, true
+}
+
+// unrelax gives the thread back the mode relax took.
+func (cu *CUDA) unrelax(prev int32, ok bool) {
+	if !ok {
+		return
+	}
+	_ = cu.cudaThreadExchangeStreamCaptureMode(&prev)
+	runtime.UnlockOSThread()
+}
+
+// callRelaxed is ccall.Call(fn, args...) in the relaxed mode (see relax).
+func (cu *CUDA) callRelaxed(fn uintptr, args []uintptr) uintptr {
+	prev, ok := cu.relax()
+	r := ccall.Call(fn, args...)
+	cu.unrelax(prev, ok)
+	return r
 }
 
 // release drops the holds of a capture that made no graph.

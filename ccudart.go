@@ -220,6 +220,11 @@ func (cu *CUDA) cudaStreamBeginCapture(stream uintptr, mode int32) error {
 	return cu.call(cuStreamBeginCapture, stream, uintptr(mode))
 }
 
+// cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode);
+func (cu *CUDA) cudaThreadExchangeStreamCaptureMode(mode *int32) error {
+	return cu.callPtr(cuThreadExchangeStreamCaptureMode, uintptr(unsafe.Pointer(mode)))
+}
+
 // cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph);
 func (cu *CUDA) cudaStreamEndCapture(stream uintptr, graph *uintptr) error {
 	return cu.callPtr(cuStreamEndCapture, stream, uintptr(unsafe.Pointer(graph)))

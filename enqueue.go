@@ -39,12 +39,17 @@ func (c *Comm) stream(sym int, args ...uintptr) error {
 	}
 	n := len(args)
 	args[n-2] = c.h
+	captured := false
 	if cu := l.cuda; cu != nil && cu.capt.n.Load() != 0 {
-		cu.noteComm(c, args[n-1])
+		captured = cu.noteComm(c, args[n-1])
 	}
 	var err error
 	if fn := l.fn[sym]; fn == 0 {
 		err = l.unsupported(sym)
+	} else if captured {
+		if r := int32(l.cuda.callRelaxed(fn, args)); r != int32(abi.Success) {
+			err = l.result(sym, r)
+		}
 	} else if r := int32(ccall.Call(fn, args...)); r != int32(abi.Success) {
 		err = l.result(sym, r)
 	}

@@ -51,10 +51,13 @@ func genData(dt nccl.DataType, n int, seed uint64) []byte {
 	b := make([]byte, n*dt.Size())
 	for i := range n {
 		switch dt {
+		// Floats with few significant bits (18 for float32, 45 for float64), so
+		// that a sum of up to 32 ranks is exact in any order, as NCCL's is not
+		// rounded the same way at more than 2 ranks (its ring sums in the type).
 		case nccl.Float32:
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(rng.NormFloat64()*1000)))
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(rng.IntN(1<<18)-1<<17)/64))
 		case nccl.Float64:
-			binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(rng.NormFloat64()*1e6))
+			binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(float64(rng.Int64N(1<<45)-1<<44)/1024))
 		case nccl.Int64:
 			binary.LittleEndian.PutUint64(b[8*i:], rng.Uint64())
 		default:
@@ -64,9 +67,9 @@ func genData(dt nccl.DataType, n int, seed uint64) []byte {
 	return b
 }
 
-// reduceRef is the all-reduce of ins (in rank order) as NCCL's (and the
-// fake's) reduction rounds it: floats summed in double precision and rounded
-// once, integers wrapping.
+// reduceRef is the all-reduce of ins (in rank order): floats summed in double
+// precision and rounded once (exact for genData's floats, whatever order
+// NCCL sums in), integers wrapping.
 func reduceRef(dt nccl.DataType, op nccl.RedOp, ins [][]byte) []byte {
 	out := make([]byte, len(ins[0]))
 	sz := dt.Size()
@@ -260,7 +263,11 @@ const graphSentinel = 0xEE
 // before each launch by asynchronous copies on the stream, and every element
 // of every result is checked after each launch. Blocking communicators of
 // every variant, 3 ranks, and non-blocking communicators (whose launch runs
-// on a thread of the fake's own, still into the capture).
+// on a thread of the fake's own, still into the capture). The captured
+// all-reduces are the communicators' first operations: the ranks connect
+// inside the capture, on the capturing thread for a blocking communicator,
+// which gonccl relaxes (CUDA.relax); without it the fake fails them as NCCL
+// does ("failed to peer with device").
 func TestFakeGraphAllReduce(t *testing.T) {
 	type mode struct {
 		variant     string
@@ -279,85 +286,92 @@ func TestFakeGraphAllReduce(t *testing.T) {
 			name += "/nonblocking"
 		}
 		t.Run(name, func(t *testing.T) {
-			l := open(t, md.variant)
 			ctx := context.Background()
 			if md.nonBlocking {
 				ctx = nonBlockingCtx(t)
 			}
-			comms := initComms(t, l, nranks, ctx, nil)
-			defer graphCloseComms(t, comms)
-			base := rand.Uint64()
-			t.Logf("seed %#x", base)
-			const n, launches = 257, 4
-			graphOnRanks(t, nranks, func(r int) error {
-				rk, err := newGraphRank(l.CUDA(), comms[r], 16*n*len(graphARSpecs))
-				if err != nil {
-					return err
-				}
-				defer rk.free()
-				var ins, outs []nccl.Buffer
-				for _, sp := range graphARSpecs {
-					in, err := rk.alloc(sp.dt, n, 0)
-					if err != nil {
-						return err
-					}
-					out, err := rk.alloc(sp.dt, n, graphSentinel)
-					if err != nil {
-						return err
-					}
-					ins, outs = append(ins, in), append(outs, out)
-				}
-				rk.g, err = l.CUDA().Capture(rk.s, func() error {
-					for k, sp := range graphARSpecs {
-						if err := rk.c.AllReduce(ins[k], outs[k], sp.op, rk.s); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if err != nil {
-					return fmt.Errorf("capture: %w", err)
-				}
-				if err := rk.sync(); err != nil {
-					return err
-				}
-				for _, out := range outs {
-					if err := graphUntouched(out, graphSentinel); err != nil {
-						return err
-					}
-				}
-				for launch := range launches {
-					for k, sp := range graphARSpecs {
-						if err := rk.put(ins[k], genData(sp.dt, n, graphSeed(base, r, launch, k))); err != nil {
-							return err
-						}
-					}
-					if err := rk.g.Launch(rk.s); err != nil {
-						return fmt.Errorf("launch %d: %w", launch, err)
-					}
-					got := make([][]byte, len(outs))
-					for k := range outs {
-						if got[k], err = rk.get(outs[k]); err != nil {
-							return err
-						}
-					}
-					if err := rk.sync(); err != nil {
-						return err
-					}
-					for k, sp := range graphARSpecs {
-						all := make([][]byte, nranks)
-						for p := range nranks {
-							all[p] = genData(sp.dt, n, graphSeed(base, p, launch, k))
-						}
-						if err := sameData(sp.dt, got[k], reduceRef(sp.dt, sp.op, all)); err != nil {
-							return fmt.Errorf("launch %d, all-reduce %d (%v, %v): %v", launch, k, sp.dt, sp.op, err)
-						}
-					}
-				}
-				return nil
-			})
+			graphAllReduce(t, open(t, md.variant), nranks, ctx)
 		})
 	}
+}
+
+// graphAllReduce: nranks ranks of one process, one goroutine each, capture K
+// all-reduces as their communicators' first operations (NCCL connects the
+// ranks inside them), launch the graphs and check every element
+// (TestFakeGraphAllReduce, TestGPUCapturedAllReduce).
+func graphAllReduce(t *testing.T, l *nccl.Library, nranks int, ctx context.Context) {
+	comms := initComms(t, l, nranks, ctx, nil)
+	defer graphCloseComms(t, comms)
+	base := rand.Uint64()
+	t.Logf("seed %#x", base)
+	const n, launches = 257, 4
+	graphOnRanks(t, nranks, func(r int) error {
+		rk, err := newGraphRank(l.CUDA(), comms[r], 16*n*len(graphARSpecs))
+		if err != nil {
+			return err
+		}
+		defer rk.free()
+		var ins, outs []nccl.Buffer
+		for _, sp := range graphARSpecs {
+			in, err := rk.alloc(sp.dt, n, 0)
+			if err != nil {
+				return err
+			}
+			out, err := rk.alloc(sp.dt, n, graphSentinel)
+			if err != nil {
+				return err
+			}
+			ins, outs = append(ins, in), append(outs, out)
+		}
+		rk.g, err = l.CUDA().Capture(rk.s, func() error {
+			for k, sp := range graphARSpecs {
+				if err := rk.c.AllReduce(ins[k], outs[k], sp.op, rk.s); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("capture: %w", err)
+		}
+		if err := rk.sync(); err != nil {
+			return err
+		}
+		for _, out := range outs {
+			if err := graphUntouched(out, graphSentinel); err != nil {
+				return err
+			}
+		}
+		for launch := range launches {
+			for k, sp := range graphARSpecs {
+				if err := rk.put(ins[k], genData(sp.dt, n, graphSeed(base, r, launch, k))); err != nil {
+					return err
+				}
+			}
+			if err := rk.g.Launch(rk.s); err != nil {
+				return fmt.Errorf("launch %d: %w", launch, err)
+			}
+			got := make([][]byte, len(outs))
+			for k := range outs {
+				if got[k], err = rk.get(outs[k]); err != nil {
+					return err
+				}
+			}
+			if err := rk.sync(); err != nil {
+				return err
+			}
+			for k, sp := range graphARSpecs {
+				all := make([][]byte, nranks)
+				for p := range nranks {
+					all[p] = genData(sp.dt, n, graphSeed(base, p, launch, k))
+				}
+				if err := sameData(sp.dt, got[k], reduceRef(sp.dt, sp.op, all)); err != nil {
+					return fmt.Errorf("launch %d, all-reduce %d (%v, %v): %v", launch, k, sp.dt, sp.op, err)
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // graphCloseComms closes every communicator (their graphs destroyed first).

@@ -79,7 +79,10 @@ func (c CaptureStatus) String() string {
 }
 
 // cudaStreamCaptureMode
-const captureModeThreadLocal = 1
+const (
+	captureModeThreadLocal = 1
+	captureModeRelaxed     = 2
+)
 
 // graphSyms are the functions a capture needs from start to launch.
 var graphSyms = [...]int{cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiateWithFlags, cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy}

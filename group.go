@@ -357,12 +357,17 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 		g.grow()
 	}
 	g.calls[0].Fn = l.fn[fnGroupStart]
+	captured := false
 	for i := range g.ops {
 		op, args := &g.ops[i], &g.calls[i+1].Args
 		args[op.n-2] = op.c.h
 		if cu := l.cuda; cu != nil && cu.capt.n.Load() != 0 {
-			cu.noteComm(op.c, args[op.n-1])
+			captured = cu.noteComm(op.c, args[op.n-1]) || captured
 		}
+	}
+	if captured { // NCCL may connect inside the end (see CUDA.relax)
+		prev, ok := l.cuda.relax()
+		defer l.cuda.unrelax(prev, ok)
 	}
 	last := g.grow()
 	last.Fn, last.Args[0] = l.fn[end], endArg // ncclGroupEnd takes no argument

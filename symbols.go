@@ -227,6 +227,7 @@ const (
 	cuGraphLaunch
 	cuGraphExecDestroy
 	cuGraphDestroy
+	cuThreadExchangeStreamCaptureMode
 	numCUDASymbols
 )
 
@@ -282,6 +283,9 @@ var cudaSymbols = [numCUDASymbols]symbol{
 	cuGraphLaunch:               {name: "cudaGraphLaunch", since: abi.V(10, 0, 0)},
 	cuGraphExecDestroy:          {name: "cudaGraphExecDestroy", since: abi.V(10, 0, 0)},
 	cuGraphDestroy:              {name: "cudaGraphDestroy", since: abi.V(10, 0, 0)},
+	// Relaxes the capturing thread while NCCL connects inside a captured
+	// operation (see CUDA.callRelaxed).
+	cuThreadExchangeStreamCaptureMode: {name: "cudaThreadExchangeStreamCaptureMode", since: abi.V(10, 1, 0)},
 }
 
 func init() {

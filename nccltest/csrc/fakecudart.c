@@ -21,10 +21,11 @@
  * graphs holding its work are gone. Calls that break a capture get CUDA's
  * codes and invalidate it: a synchronize or query of the capturing stream
  * (900), a "potentially unsafe" call (cudaMalloc, cudaFree, synchronous
- * copies, cudaDeviceSynchronize, cudaGraphInstantiate: CUDA 12 on H100
+ * copies, cudaDeviceSynchronize, cudaDeviceEnablePeerAccess, cudaGraphInstantiate: CUDA 12 on H100
  * refused nccl-bench's instantiation of one GPU's graph while the same
  * thread still captured another's, 900 ...) from the thread that began a
- * thread-local capture or from any thread during a global one (900),
+ * thread-local capture or from any thread during a global one (900), as the
+ * thread's own mode (cudaThreadExchangeStreamCaptureMode) allows,
  * legacy-stream work on a device whose blocking stream is capturing (906), an
  * event recorded in a capture queried or synchronized (907), waiting inside a
  * capture on an event recorded outside it (905), ending a non-relaxed capture
@@ -292,15 +293,49 @@ static stream* resolve_on(void* h, int d) {
 /* resolve is resolve_on the calling thread's current device. */
 static stream* resolve(void* h) { return resolve_on(h, current_device); }
 
-static int unsafe_call(void) {
+/* A thread's own capture interaction mode (cudaThreadExchangeStreamCaptureMode):
+ * Global, the default, is barred by its own non-relaxed captures and by any
+ * thread's global ones; ThreadLocal by its own non-relaxed captures only;
+ * Relaxed by none. */
+static __thread int thread_mode = modeGlobal;
+
+/* barred reports (g held) whether a thread in mode mode, which began the
+ * captures of thread self (a thread that began none: a fresh thread), may not
+ * make a potentially unsafe call, and invalidates the captures it would break. */
+static int barred(int mode, pthread_t self, int fresh) {
     int bad = 0;
-    for (stream* s = streams; s; s = s->next)
-        if (s->cap == capActive && (s->cap_mode == modeGlobal ||
-                                    (s->cap_mode == modeThreadLocal && pthread_equal(s->cap_thread, pthread_self())))) {
+    if (mode == modeRelaxed) return 0;
+    for (stream* s = streams; s; s = s->next) {
+        if (s->cap != capActive || s->cap_mode == modeRelaxed) continue;
+        int own = !fresh && pthread_equal(s->cap_thread, self);
+        if (own || (mode == modeGlobal && s->cap_mode == modeGlobal)) {
             invalidate(s);
             bad = 1;
         }
+    }
     return bad;
+}
+
+static int unsafe_call(void) { return barred(thread_mode, pthread_self(), 0); }
+
+API int cudaThreadExchangeStreamCaptureMode(int* mode) {
+    if (!mode || *mode < modeGlobal || *mode > modeRelaxed) return fail(cudaErrorInvalidValue);
+    int prev = thread_mode;
+    thread_mode = *mode;
+    *mode = prev;
+    return cudaSuccess;
+}
+
+/* fakecuda_connect_guard is the fake NCCL's connection setup between two
+ * ranks of one process (NCCL's cudaDeviceEnablePeerAccess, p2p.cc p2pMap): run
+ * on the calling thread (inline: a group with one communicator to connect) or
+ * on a thread of NCCL's own (fresh). 0, or CUDA's 900, the captures the call
+ * breaks invalidated. */
+API int fakecuda_connect_guard(int inline_) {
+    pthread_mutex_lock(&g);
+    int bad = inline_ ? unsafe_call() : barred(modeGlobal, pthread_self(), 1);
+    pthread_mutex_unlock(&g);
+    return bad ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
 
 static int legacy_conflict(int dev) {
@@ -1100,6 +1135,8 @@ API int cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
     if (flags) return fail(cudaErrorInvalidValue);
     if (!valid_device(peer) || peer == current_device || !valid_device(current_device)) return fail(cudaErrorInvalidDevice);
     if (getenv("FAKECUDA_NO_PEER")) return fail(cudaErrorInvalidDevice);
+    int r = capture_guard(-1); /* refused in a capture on 4 × H100 (900): see fakecuda_connect_guard */
+    if (r) return fail(r);
     pthread_mutex_lock(&g);
     int was = peer_enabled[current_device][peer];
     peer_enabled[current_device][peer] = 1;

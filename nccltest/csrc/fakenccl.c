@@ -163,6 +163,7 @@ typedef struct { char internal[128]; } ncclUniqueId;
 int fakecuda_ptr_device(const void* p, size_t len);
 int fakecuda_stream_enqueue(void* stream, int dev, void (*fn)(void*), void* arg);
 int fakecuda_stream_capturing(void* stream, int dev);
+int fakecuda_connect_guard(int inline_);
 int fakecuda_stream_enqueue_graphable(void* stream, int dev, void (*run)(void*), void* arg, void* (*clone)(void*),
                                       void (*release)(void*));
 int fakecuda_current_device(void);

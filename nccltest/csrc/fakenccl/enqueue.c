@@ -153,6 +153,20 @@ static ncclResult_t connect_first(task* list, const char* fn) {
         ws[i].need |= w;
         ws[i].p2p |= pw;
     }
+    pthread_mutex_unlock(&g);
+    /* NCCL connects each communicator in a job of its own: one job runs on
+     * the calling thread, several on threads of their own (group.cc
+     * asyncJobLaunch). Between two GPUs of one process the connection enables
+     * peer access, which a capture may forbid the thread (see
+     * fakecuda_connect_guard); ranks in other processes are not modelled so. */
+    for (int i = 0; i < n; i++) {
+        if (ws[i].c->remote || !fakecuda_connect_guard(n == 1)) continue;
+        comm* c = ws[i].c;
+        free(ws);
+        return fail(ncclInternalError, "%s: failed to peer with device %d: 900 operation not permitted when stream is capturing",
+                    fn, c->dev);
+    }
+    pthread_mutex_lock(&g);
     for (int i = 0; i < n; i++)
         if (!ws[i].c->remote) ws[i].c->c->started |= 1ull << ws[i].c->rank;
     pthread_cond_broadcast(&gc);
