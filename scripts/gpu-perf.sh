@@ -96,9 +96,10 @@ for phase in $PHASES; do
       for form in "" "-grouped"; do
         f="$OUT/vccl/${layout// /}${form}.txt"
         mkdir -p "$OUT/vccl"
-        # VCCL prints "RMA Work Batch" dumps on ranks but 0: only the table's lines are kept.
+        # VCCL prints "RMA Work Batch" dumps, at times into the middle of a line of
+        # the table: the table's rows are taken from wherever they start.
         GONCCL_NCCL_LIB=$VC timeout 300 .gpu/bin/nccl-bench -op alltoallv $layout $form -b 1K -e 1G -f 4 -n 40 -w 5 -c 0 2>&1 |
-          grep -E '^#|^ +[0-9]+ +[0-9]+ ' >"$f"
+          grep -oE '^#.*|[0-9]+ +[0-9]+ +float +none +-?[0-9]+ .*' >"$f"
         GONCCL_NCCL_LIB=$VC timeout 300 .gpu/bin/nccl-bench -op alltoallv $layout $form -d uint8 -c 1 -b 8 -e 16M -f 32 -n 5 -w 1 >/tmp/gpu-perf-check.txt 2>&1
         echo "check ($layout $form, bytes): exit $? $(awk -f scripts/bench-wrong.awk /tmp/gpu-perf-check.txt)" >>"$f"
       done

@@ -58,6 +58,12 @@
 // nccl-bench with its *UnsupportedError. The header's parameter line says
 // "graph: N local_register: R" and -json carries "graph" and
 // "local_register".
+//
+// -plot FILE draws the run's out-of-place busbw against size as an SVG
+// (-overlay a saved nccl-tests output beside it). -plot FILE -replot
+// label=file,... draws saved outputs of either program, on any machine, no
+// GPU needed: lines whose labels differ only in a leading "nccl-bench" or
+// "nccl-tests" share a colour, nccl-tests' dashed.
 package main
 
 import (
@@ -99,8 +105,20 @@ func main() {
 	asJSON := flag.Bool("json", false, "print JSON instead of the table")
 	plot := flag.String("plot", "", "draw busbw against size into this SVG file")
 	overlay := flag.String("overlay", "", "with -plot: a saved nccl-tests output to draw beside")
+	replotSpec := flag.String("replot", "", "with -plot: draw saved outputs (label=file,...; nccl-bench's or nccl-tests') instead of running; labels starting \"nccl-tests\" dashed")
+	title := flag.String("title", "saved runs: bus bandwidth (out of place)", "with -replot: the chart's title")
 	lf := launch.Register(flag.CommandLine)
 	flag.Parse()
+
+	if *replotSpec != "" {
+		if *plot == "" {
+			log.Fatal("-replot needs -plot FILE")
+		}
+		if err := replot(*plot, *title, *replotSpec); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 
 	if lf.NP > 0 {
 		if err := launch.SelfLaunch(lf.NP, os.Args[1:]); err != nil {

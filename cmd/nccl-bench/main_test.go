@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -707,5 +708,61 @@ func TestCommandRefusals(t *testing.T) {
 	if code != 0 || !strings.Contains(errOut, "per-iteration timing (-I) is incompatible with CUDA graph mode (-G). Disabling.") ||
 		len(tableRows(out)) != 8 || len(tableRows(out)[0]) != 13 {
 		t.Errorf("-G 2 -I 1: exit %d:\n%s%s", code, out, errOut)
+	}
+}
+
+// TestCommandReplot: -plot with -replot draws saved outputs of both programs
+// without a library: one line per file, nccl-tests' dashed in the colour of
+// the nccl-bench line of the same mode, each point where the table puts it;
+// a spec without label=file is refused.
+func TestCommandReplot(t *testing.T) {
+	dir := t.TempDir()
+	save := func(name string, rows ...string) string {
+		p := filepath.Join(dir, name)
+		text := "# nccl-tests version 2.19.6\n#       size  count type redop root time algbw busbw #wrong\n" + strings.Join(rows, "\n") + "\n"
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bench := save("bench.txt", "  1024  256  float  sum  -1  10.0  0.10  0.15  0", "  1048576  262144  float  sum  -1  30.0  34.9  52.4  0")
+	tests := save("tests.txt", "  1024  256  float  sum  -1  10.5  0.09  0.14  0", "  1048576  262144  float  sum  -1  31.0  33.8  50.7  0")
+	svgFile := filepath.Join(dir, "chart.svg")
+	out, errOut, code := benchCommand(t, "default", "-plot", svgFile, "-title", "replot test",
+		"-replot", "nccl-bench -G="+bench+",nccl-tests -G="+tests)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	b, err := os.ReadFile(svgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg := string(b)
+	lines := regexp.MustCompile(`<polyline fill="none" stroke="([^"]+)" stroke-width="2"( stroke-dasharray="6,4")? points="([^"]+)"/>`).FindAllStringSubmatch(svg, -1)
+	if len(lines) != 2 || !strings.Contains(svg, "replot test") || !strings.Contains(svg, "nccl-bench -G") || !strings.Contains(svg, "nccl-tests -G") {
+		t.Fatalf("want two labelled lines under the title:\n%s", svg)
+	}
+	if lines[0][1] != lines[1][1] || lines[0][2] != "" || lines[1][2] == "" {
+		t.Errorf("want one colour, nccl-tests dashed: %q %q / %q %q", lines[0][1], lines[0][2], lines[1][1], lines[1][2])
+	}
+	// 2 points each, the higher busbw of nccl-bench at 1 MiB drawn higher (a smaller y).
+	y := func(pts string) []float64 {
+		var ys []float64
+		for _, p := range strings.Fields(pts) {
+			_, yv, _ := strings.Cut(p, ",")
+			v, err := strconv.ParseFloat(yv, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ys = append(ys, v)
+		}
+		return ys
+	}
+	yb, yt := y(lines[0][3]), y(lines[1][3])
+	if len(yb) != 2 || len(yt) != 2 || !(yb[1] < yt[1]) || !(yb[1] < yb[0]) {
+		t.Errorf("points: nccl-bench %v, nccl-tests %v", yb, yt)
+	}
+	if _, errOut, code := benchCommand(t, "default", "-plot", svgFile, "-replot", bench); code == 0 || !strings.Contains(errOut, "label=file") {
+		t.Errorf("-replot without a label: exit %d, %s", code, errOut)
 	}
 }

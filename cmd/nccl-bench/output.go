@@ -205,7 +205,7 @@ func (p *report) plot(file, overlay string) error {
 		if err != nil {
 			return err
 		}
-		lines = append(lines, series{Name: "nccl-tests", Color: "#d62728", Points: pts})
+		lines = append(lines, series{Name: "nccl-tests", Color: "#d62728", Dashed: true, Points: pts})
 	}
 	title := fmt.Sprintf("%s, %d GPUs, NCCL %s: bus bandwidth (out of place)", p.op, p.ranks, p.lib.Version())
 	return os.WriteFile(file, []byte(svg(title, lines)), 0o644)

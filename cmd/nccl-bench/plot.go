@@ -12,10 +12,12 @@ import (
 // series is one line of the chart: (size in bytes, busbw in GB/s) points.
 type series struct {
 	Name, Color string
+	Dashed      bool
 	Points      [][2]float64
 }
 
-// readNCCLTests takes size and out-of-place busbw from nccl-tests' table.
+// readNCCLTests takes size and out-of-place busbw from nccl-tests' table (or
+// nccl-bench's, whose columns are the same).
 func readNCCLTests(path string) ([][2]float64, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -84,7 +86,7 @@ func svg(title string, all []series) string {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(p[0]), y(p[1])))
 		}
 		dash := ""
-		if i > 0 {
+		if s.Dashed {
 			dash = ` stroke-dasharray="6,4"`
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", s.Color, dash, strings.Join(pts, " "))
@@ -105,4 +107,37 @@ func human(v float64) string {
 		return fmt.Sprintf("%gK", v/(1<<10))
 	}
 	return fmt.Sprintf("%g", v)
+}
+
+// palette colours the lines of a replot, one per label (nccl-tests' lines
+// dashed in the colour of the nccl-bench line with the same mode).
+var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"}
+
+// replot draws saved outputs of nccl-bench or nccl-tests into an SVG file
+// without a GPU: spec is "label=file,label=file,..."; a label that starts
+// with "nccl-tests" is drawn dashed, and labels that differ only in a leading
+// "nccl-bench" or "nccl-tests" share a colour (so "nccl-bench -G=a,nccl-tests
+// -G=b" pairs the two).
+func replot(file, title, spec string) error {
+	var lines []series
+	colors := map[string]string{}
+	for _, item := range strings.Split(spec, ",") {
+		label, path, ok := strings.Cut(item, "=")
+		if !ok || label == "" || path == "" {
+			return fmt.Errorf("-replot %q: want label=file", item)
+		}
+		pts, err := readNCCLTests(path)
+		if err != nil {
+			return err
+		}
+		dashed := strings.HasPrefix(label, "nccl-tests")
+		mode := strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(label, "nccl-tests"), "nccl-bench"))
+		color, seen := colors[mode]
+		if !seen {
+			color = palette[len(colors)%len(palette)]
+			colors[mode] = color
+		}
+		lines = append(lines, series{Name: label, Color: color, Dashed: dashed, Points: pts})
+	}
+	return os.WriteFile(file, []byte(svg(title, lines)), 0o644)
 }
