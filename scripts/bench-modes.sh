@@ -13,7 +13,9 @@
 # the difference of the medians and of the minima, the ratio of median busbw,
 # and the spread of each program's runs (max - min), from which one can tell
 # whether a 0.5 us difference is resolved: the medians of REPS runs differ by
-# noise of about spread/sqrt(REPS).
+# noise of about spread/sqrt(REPS). Under each table, every run's time at the
+# first size in run order: the runs of a plain loop driving several GPUs fall
+# on one of two host floors, decided per process, which medians mix.
 #
 # Binaries come from `scripts/gpu-check.sh build`; nccl-tests' sources from
 # ../shared/gpu/prepare.sh (built here by .gpu/build-nccl-tests.sh).
@@ -102,6 +104,17 @@ for mode in $MODES; do
         if ($1 == "T") tt[++nt] = $3; else bt[++nb] = $3 }
       END { flush() }'
     rm -f "$OUT/t.tmp"
+    # Each run's time at the first size, in run order: a plain loop's runs fall
+    # on one of two host floors (docs/performance.md), which the median hides.
+    for prog in tests bench; do
+      line=""
+      for rep in $(seq "$REPS"); do
+        t=$(awk '$1 ~ /^[0-9]+$/ && NF >= 8 { print $6; exit }' "$OUT/runs/$mode-$op-$prog-$rep.txt" 2>/dev/null)
+        line="$line ${t:-X}"
+      done
+      printf '%s' "$([ $prog = tests ] && echo "Each run at the first size, in run order: nccl-tests$line;" || echo " nccl-bench$line")"
+    done
+    echo
     echo
   done
 done | tee "$OUT/modes.md"
