@@ -8,7 +8,8 @@
 #                cpu (plain with -C 1: the host's time of the launches), nccl-bench
 #                against nccl-tests in alternating runs (scripts/bench-modes.sh)
 #   modes-np     the same, one process per GPU under mpirun (nccl-tests' MPI build)
-#   ops-g        every other operation, plain and -G, N GPUs in one process
+#   ops-g        every other operation, plain and -G (OPS_MODES), N GPUs in one process
+#   ops-np       the same, one process per GPU (not in the default phases)
 #   floors       where the 8-byte floors come from, N GPUs (scripts/bench-floors.sh)
 #   nonblocking  examples/captured -np N, blocking (the default), -nonblocking and
 #                -symmetric (the documented fast path: a graph over symmetric
@@ -67,11 +68,17 @@ for phase in $PHASES; do
   modes-np) if [ -n "$TM" ]; then modes "modes-np$N" NP="$N"; else say "skipped: no nccl-tests with MPI"; fi ;;
   modes-g2) modes modes-g2 CUDA_VISIBLE_DEVICES=0,1 GPUS="-g 2" ;;
   modes-np2) if [ -n "$TM" ]; then modes modes-np2 CUDA_VISIBLE_DEVICES=0,1 NP=2; else say "skipped: no nccl-tests with MPI"; fi ;;
-  ops-g)
-    REPS=2 GPUS="-g $N" MODES="plain graph" SIZES=${OPS_SIZES:-"-b 8 -e 1G -f 8"} \
+  ops-g | ops-np)
+    if [ $phase = ops-np ] && [ -z "$TM" ]; then
+      say "skipped: no nccl-tests with MPI"
+      continue
+    fi
+    name=ops-g$N layout=(GPUS="-g $N")
+    [ $phase = ops-np ] && name=ops-np$N layout=(NP="$N")
+    env "${layout[@]}" REPS=2 MODES="${OPS_MODES:-plain graph}" SIZES=${OPS_SIZES:-"-b 8 -e 1G -f 8"} \
       OPS="all_gather reduce_scatter broadcast reduce alltoall gather scatter sendrecv alltoallv" \
-      bash scripts/bench-modes.sh "$OUT/ops-g$N" >"$OUT/ops-g$N.log" 2>&1
-    cp "$OUT/ops-g$N/modes.md" "$OUT/ops-g$N.md" 2>/dev/null
+      bash scripts/bench-modes.sh "$OUT/$name" >"$OUT/$name.log" 2>&1
+    cp "$OUT/$name/modes.md" "$OUT/$name.md" 2>/dev/null
     ;;
   floors)
     RUNS=5 ARGS="-b 8 -e 8 -g $N -n 2000 -w 1000 -c 0" bash scripts/bench-floors.sh "$OUT/floors" >"$OUT/floors.log" 2>&1
