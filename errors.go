@@ -59,10 +59,15 @@ var resultSentinel = map[abi.Result]error{
 }
 
 // Error is a failed NCCL call, or an argument gonccl refused before calling NCCL.
+// One that CUDA's refusal inside NCCL during a stream capture caused (NCCL's
+// text ends in "operation not permitted when stream is capturing") matches
+// ErrCapturing too, and its Msg says what to do.
 type Error struct {
 	Op   string     // the C function, e.g. "ncclAllReduce"
 	Code abi.Result // NCCL's result code
 	Msg  string     // NCCL's last-error text, or gonccl's reason
+
+	capture bool // CUDA refused a call NCCL made during a capture
 }
 
 func (e *Error) Error() string {
@@ -72,8 +77,12 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %v: %s", e.Op, e.Code, e.Msg)
 }
 
-// Is matches the sentinel of the result code (ErrInvalidArgument, ...).
+// Is matches the sentinel of the result code (ErrInvalidArgument, ...), and
+// ErrCapturing where a capture made NCCL's call fail.
 func (e *Error) Is(target error) bool {
+	if target == ErrCapturing {
+		return e.capture
+	}
 	s, ok := resultSentinel[e.Code]
 	return ok && s == target
 }

@@ -1,8 +1,14 @@
 package nccl
 
 import (
+	"context"
 	"errors"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
+
+	"github.com/gonccl/nccl/abi"
 )
 
 // TestGraphsUnsupported: a runtime without the graph functions (older than
@@ -42,5 +48,70 @@ func TestGraphsUnsupported(t *testing.T) {
 	}
 	if cu.capt.n.Load() != 0 {
 		t.Error("a capture was left open")
+	}
+}
+
+// TestForeignCaptureHint: a capture gonccl did not begin (another library's,
+// begun here by a direct cudaStreamBeginCapture) gets no relaxed thread, so
+// the ranks' first operations, which connect inside NCCL on the capturing
+// thread, fail as NCCL's do ("failed to peer ... when stream is capturing"):
+// the error matches ErrCapturing, keeps NCCL's code and text, and says what
+// to do. The same operations under CUDA.Capture connect (TestFakeGraphAllReduce).
+func TestForeignCaptureHint(t *testing.T) {
+	l, err := Open(WithLibrary(FakeNCCL(t, "default")), WithCUDARuntime(FakeCUDART(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	comms, err := l.InitAll(context.Background(), []int{0, 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cu := l.CUDA()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := cu.NewStream(r, StreamNonBlocking)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer s.Destroy()
+			buf, err := cu.Alloc(r, Float32, 8)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer buf.Free()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			if err := cu.cudaStreamBeginCapture(s.h, captureModeThreadLocal); err != nil {
+				errs[r] = err
+				return
+			}
+			errs[r] = c.AllReduce(buf, buf, Sum, s)
+			var g uintptr
+			_ = cu.cudaStreamEndCapture(s.h, &g) // invalidated: no graph
+			if g != 0 {
+				_ = cu.cudaGraphDestroy(g)
+			}
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		var ne *Error
+		if !errors.Is(err, ErrCapturing) || !errors.As(err, &ne) || ne.Code != abi.InternalError ||
+			!strings.Contains(ne.Msg, "failed to peer") || !strings.Contains(ne.Msg, "capture with CUDA.Capture") {
+			t.Errorf("rank %d: %v: want NCCL's internal error matching ErrCapturing, with the hint", r, err)
+		}
+		if errors.Is(err, ErrInvalidUsage) || !errors.Is(err, ErrInternal) {
+			t.Errorf("rank %d: %v: the code's own sentinel is kept", r, err)
+		}
+	}
+	for _, c := range comms {
+		c.Abort()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -263,8 +264,17 @@ func (l *Library) failure(sym int, r abi.Result) error {
 	if msg == "" {
 		msg = l.ErrorString(r)
 	}
+	if strings.Contains(msg, "when stream is capturing") {
+		// NCCL connected ranks (or allocated) on a thread a capture forbade
+		// it: a capture gonccl did not begin, whose thread it cannot relax
+		// (see CUDA.relax).
+		return &Error{Op: ncclSymbols[sym].name, Code: r, capture: true, Msg: msg + captureHint}
+	}
 	return &Error{Op: ncclSymbols[sym].name, Code: r, Msg: msg}
 }
+
+const captureHint = "; NCCL connects ranks inside their first operations together, which a CUDA stream capture forbids " +
+	"on its thread unless gonccl began it: capture with CUDA.Capture or BeginCapture, or run the operations once before capturing them"
 
 func (l *Library) unsupported(sym int) error {
 	s := ncclSymbols[sym]
