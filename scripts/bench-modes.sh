@@ -23,6 +23,11 @@
 #   REPS=5 OPS="all_reduce sendrecv" CPUS=0-3 scripts/bench-modes.sh [OUT]
 #   MODES="plain graph" SIZES="-b 8 -e 8" ITERS="-n 2000 -w 1000" scripts/bench-modes.sh
 #   NP=4 OPS=all_reduce scripts/bench-modes.sh    # one process per GPU: both under mpirun
+#   SUMMARY=only REPS=2 OPS=... MODES=... scripts/bench-modes.sh OUT   # the tables again from OUT/runs
+#
+# Rows pair by element count: alltoallv's sizes differ in the two programs'
+# tables (nccl-tests prints the bytes its uneven split moves), and the size
+# shown is nccl-bench's.
 #
 # With NP, each program runs as NP processes of one GPU each under the same
 # mpirun: nccl-tests' MPI build (scripts/build-nccl-tests-mpi.sh), nccl-bench
@@ -39,12 +44,15 @@ SIZES=${SIZES:-"-b 8 -e 1G -f 4"}
 ITERS=${ITERS:-"-n 40 -w 10"}
 GRAPH=${GRAPH:-10} # graph launches per size with -G
 GPUS=${GPUS:-"-g 2"}
-T=${T:-$(bash .gpu/build-nccl-tests.sh)} || { echo "nccl-tests did not build"; exit 1; }
+SUMMARY=${SUMMARY:-}
+if [ "$SUMMARY" != only ]; then
+  T=${T:-$(bash .gpu/build-nccl-tests.sh)} || { echo "nccl-tests did not build"; exit 1; }
+fi
 B=.gpu/bin/nccl-bench
 PIN=()
 [ -n "${CPUS:-}" ] && PIN=(taskset -c "$CPUS")
 TESTS=() BENCH=()
-if [ -n "${NP:-}" ]; then
+if [ -n "${NP:-}" ] && [ "$SUMMARY" != only ]; then
   TM=${TM:-$(bash scripts/build-nccl-tests-mpi.sh)} || { echo "nccl-tests with MPI did not build"; exit 1; }
   T=$TM GPUS="-g 1"
   MPIRUN=(mpirun --allow-run-as-root -np "$NP" --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH)
@@ -67,6 +75,7 @@ flags() {
 }
 
 for mode in $MODES; do
+  [ "$SUMMARY" = only ] && break
   mf=$(flags "$mode") || exit 2
   for op in $OPS; do
     for rep in $(seq "$REPS"); do
@@ -88,20 +97,20 @@ for mode in $MODES; do
     [ "$mode" = cpu ] && echo "Times are cputime (the host's time of the launches per operation); the ratio column is nccl-tests' cputime over nccl-bench's."
     echo "| size (B) | nccl-tests min / median us | nccl-bench min / median us | diff of medians | diff of minima | busbw ratio (medians) | spread tests / bench |"
     echo "|---:|---:|---:|---:|---:|---:|---:|"
-    for f in "$OUT/runs/$mode-$op"-tests-*.txt; do awk '$1 ~ /^[0-9]+$/ && NF >= 8 { print "T", $1, $6 }' "$f"; done >"$OUT/t.tmp"
-    for f in "$OUT/runs/$mode-$op"-bench-*.txt; do awk '$1 ~ /^[0-9]+$/ && NF >= 8 { print "B", $1, $6 }' "$f"; done >>"$OUT/t.tmp"
+    for f in "$OUT/runs/$mode-$op"-tests-*.txt; do awk '$1 ~ /^[0-9]+$/ && NF >= 8 { print "T", $2, $6 }' "$f"; done >"$OUT/t.tmp"
+    for f in "$OUT/runs/$mode-$op"-bench-*.txt; do awk '$1 ~ /^[0-9]+$/ && NF >= 8 { print "B", $2, $6, $1 }' "$f"; done >>"$OUT/t.tmp"
     # busbw is size/time times a constant of the operation: the ratio of the
     # median busbw is the inverse ratio of the median times.
     sort -k2,2n -k1,1 -k3,3g "$OUT/t.tmp" | awk '
       function med(a, n) { return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
       function flush() {
         if (cur != "" && nt && nb)
-          printf "| %s | %.2f / %.2f | %.2f / %.2f | %+.2f | %+.2f | %.3f | %.2f / %.2f |\n", cur, tt[1], med(tt, nt), bt[1], med(bt, nb),
+          printf "| %s | %.2f / %.2f | %.2f / %.2f | %+.2f | %+.2f | %.3f | %.2f / %.2f |\n", size, tt[1], med(tt, nt), bt[1], med(bt, nb),
             med(bt, nb) - med(tt, nt), bt[1] - tt[1], med(tt, nt) / med(bt, nb), tt[nt] - tt[1], bt[nb] - bt[1]
         split("", tt); split("", bt); nt = nb = 0
       }
       { if ($2 != cur) { flush(); cur = $2 }
-        if ($1 == "T") tt[++nt] = $3; else bt[++nb] = $3 }
+        if ($1 == "T") tt[++nt] = $3; else { bt[++nb] = $3; size = $4 } }
       END { flush() }'
     rm -f "$OUT/t.tmp"
     # Each run's time at the first size, in run order: a plain loop's runs fall
@@ -109,7 +118,7 @@ for mode in $MODES; do
     for prog in tests bench; do
       line=""
       for rep in $(seq "$REPS"); do
-        t=$(awk '$1 ~ /^[0-9]+$/ && NF >= 8 { print $6; exit }' "$OUT/runs/$mode-$op-$prog-$rep.txt" 2>/dev/null)
+        t=$(awk '$1 ~ /^[0-9]+$/ && $1 > 0 && NF >= 8 { print $6; exit }' "$OUT/runs/$mode-$op-$prog-$rep.txt" 2>/dev/null)
         line="$line ${t:-X}"
       done
       printf '%s' "$([ $prog = tests ] && echo "Each run at the first size, in run order: nccl-tests$line;" || echo " nccl-bench$line")"

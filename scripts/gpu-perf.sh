@@ -23,7 +23,8 @@
 #   PHASES="modes-g floors" REPS=3 N=4 scripts/gpu-perf.sh OUT
 #
 # T and TM name nccl-tests' folders of binaries (plain and MPI) already built;
-# SIZES (the modes phases) and OPS_SIZES (ops-g) replace the size sweeps.
+# SIZES (the modes phases) and OPS_SIZES (ops-g) replace the size sweeps;
+# MODES replaces the modes phases' modes (plain graph sym symgraph cpu).
 #
 # Binaries from `scripts/gpu-check.sh build`; nccl-tests from .gpu/nccl-tests
 # and VCCL from .gpu/vccl, built here by .gpu/build-nccl-tests.sh,
@@ -57,7 +58,7 @@ say "nccl-tests $T, with MPI ${TM:-none}"
 modes() {
   local name=$1
   shift
-  env "$@" REPS="$REPS" OPS=all_reduce MODES="plain graph sym symgraph cpu" bash scripts/bench-modes.sh "$OUT/$name" >"$OUT/$name.log" 2>&1
+  env "$@" REPS="$REPS" OPS=all_reduce MODES="${MODES:-plain graph sym symgraph cpu}" bash scripts/bench-modes.sh "$OUT/$name" >"$OUT/$name.log" 2>&1
   cp "$OUT/$name/modes.md" "$OUT/$name.md" 2>/dev/null
 }
 
@@ -75,7 +76,7 @@ for phase in $PHASES; do
     fi
     name=ops-g$N layout=(GPUS="-g $N")
     [ $phase = ops-np ] && name=ops-np$N layout=(NP="$N")
-    env "${layout[@]}" REPS=2 MODES="${OPS_MODES:-plain graph}" SIZES=${OPS_SIZES:-"-b 8 -e 1G -f 8"} \
+    env "${layout[@]}" REPS=2 MODES="${OPS_MODES:-plain graph}" SIZES="${OPS_SIZES:--b 8 -e 1G -f 8}" \
       OPS="all_gather reduce_scatter broadcast reduce alltoall gather scatter sendrecv alltoallv" \
       bash scripts/bench-modes.sh "$OUT/$name" >"$OUT/$name.log" 2>&1
     cp "$OUT/$name/modes.md" "$OUT/$name.md" 2>/dev/null

@@ -189,6 +189,10 @@ func main() {
 		}
 	}
 	rep.header()
+	// A barrier before the warm-up, where nccl-tests calls MPI_Barrier: the
+	// barrier's first all-reduce connects NCCL's paths for it here, not at the
+	// first size (docs/performance.md).
+	b.barrier()
 	b.warmUp(lo, hi, *warm)
 	for _, size := range sizes {
 		count := b.count(size)

@@ -766,3 +766,51 @@ func TestCommandReplot(t *testing.T) {
 		t.Errorf("-replot without a label: exit %d, %s", code, errOut)
 	}
 }
+
+// TestCommandBarrierBeforeWarmUp: with one process per GPU, nccl-bench's
+// barrier (an NCCL all-reduce of one float64) runs once before the warm-up,
+// where nccl-tests calls MPI_Barrier. The first all-reduce of that kind
+// connects NCCL's paths for it; made at the first size's barrier instead, it
+// left that size 0.5 µs slower with -R 2 -G and 5 µs with -R 2 at 32 MiB on
+// 4 × H100 (docs/performance.md). NCCL's COLL lines (NCCL_DEBUG=INFO,
+// NCCL_DEBUG_SUBSYS=COLL), which the fake writes as NCCL does, give each
+// process's operations in order; other subsystem lists write none.
+func TestCommandBarrierBeforeWarmUp(t *testing.T) {
+	first := regexp.MustCompile(`^\S+:\d+:\d+ \[\d\] NCCL INFO AllReduce: opCount 0 sendbuff 0x[0-9a-f]+ recvbuff 0x[0-9a-f]+ count 1 datatype 8 op 0 root 0 comm 0x[0-9a-f]+ \[nranks=2\] stream 0x[0-9a-f]+$`)
+	for _, c := range []struct{ op, subsys, warm string }{
+		{"all_reduce", "COLL", "AllReduce"},
+		{"alltoall", "^INIT,ENV", "AlltoAll"},
+		{"all_reduce", "INIT,ENV", ""},
+	} {
+		dir := t.TempDir()
+		env := []string{"NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=" + c.subsys, "NCCL_DEBUG_FILE=" + filepath.Join(dir, "nccl.%h.%p")}
+		out, stderr, code := benchCommandEnv(t, env, "default", "-np", "2", "-op", c.op, "-R", "2", "-G", "2",
+			"-b", "8", "-e", "64", "-f", "2", "-n", "2", "-w", "1", "-c", "0")
+		if code != 0 {
+			t.Fatalf("%s: exit %d\n%s%s", c.op, code, out, stderr)
+		}
+		logs, _ := filepath.Glob(filepath.Join(dir, "nccl.*"))
+		if c.warm == "" {
+			if len(logs) != 0 {
+				t.Errorf("NCCL_DEBUG_SUBSYS=%s: %d COLL logs written, want none", c.subsys, len(logs))
+			}
+			continue
+		}
+		if len(logs) != 2 {
+			t.Fatalf("%s: %d COLL logs, want one per process: %v", c.op, len(logs), logs)
+		}
+		for _, p := range logs {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			if !first.MatchString(lines[0]) {
+				t.Errorf("%s, %s: the first operation is not the barrier's all-reduce of one float64:\n%s", c.op, filepath.Base(p), lines[0])
+			}
+			if len(lines) < 2 || !strings.Contains(lines[1], " NCCL INFO "+c.warm+": opCount 1 ") {
+				t.Errorf("%s, %s: the second operation is not the warm-up's %s:\n%s", c.op, filepath.Base(p), c.warm, strings.Join(lines[:min(3, len(lines))], "\n"))
+			}
+		}
+	}
+}

@@ -116,6 +116,7 @@
 #include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -174,6 +175,7 @@ int cudaFree(void* p);
 /* The parts, in this order: each uses what the ones before it declare. */
 #include "fakenccl/net.c" /* errors, loopback TCP, unique ids */
 #include "fakenccl/comms.c" /* cliques and communicators, groups, calls inside the library, non-blocking jobs */
+#include "fakenccl/debug.c" /* NCCL_DEBUG's INFO line for each operation (subsystem COLL) */
 #include "fakenccl/lifecycle.c" /* a remote rank's connection; ncclCommInit*, Split, Finalize, Destroy, Abort, queries */
 #include "fakenccl/ops.c" /* element types; what the collectives compute, and how ranks meet */
 #include "fakenccl/remote_ops.c" /* a remote rank's operations, CUDA graphs, lazy connection, ncclGroupStart */

@@ -579,6 +579,7 @@ static ncclResult_t enqueue_args(int kind, const char* fn, const void* send, voi
     case kRecv: sb = 0; break;
     }
     if ((r = check_buf(c, fn, "sendbuff", send, sb)) || (r = check_buf(c, fn, "recvbuff", recv, rb))) return r;
+    debug_coll(fn, c, send, recv, count, type, op, root, stream);
     if (count == 0 && kind != kSend && kind != kRecv) return ncclSuccess; /* nothing to do, as NCCL */
 #if NUM_TYPES > 10
     /* One rank: NCCL runs a reduction as a copy, or with PreMulSum (which is
