@@ -782,35 +782,41 @@ func TestCommandBarrierBeforeWarmUp(t *testing.T) {
 		{"alltoall", "^INIT,ENV", "AlltoAll"},
 		{"all_reduce", "INIT,ENV", ""},
 	} {
-		dir := t.TempDir()
-		env := []string{"NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=" + c.subsys, "NCCL_DEBUG_FILE=" + filepath.Join(dir, "nccl.%h.%p")}
-		out, stderr, code := benchCommandEnv(t, env, "default", "-np", "2", "-op", c.op, "-R", "2", "-G", "2",
-			"-b", "8", "-e", "64", "-f", "2", "-n", "2", "-w", "1", "-c", "0")
-		if code != 0 {
-			t.Fatalf("%s: exit %d\n%s%s", c.op, code, out, stderr)
+		t.Run(c.op+"/"+c.subsys, func(t *testing.T) { barrierFirst(t, first, c.op, c.subsys, c.warm) })
+	}
+}
+
+// barrierFirst runs one case of TestCommandBarrierBeforeWarmUp (a subtest:
+// -np is skipped under an emulator, as in TestCommandModes).
+func barrierFirst(t *testing.T, first *regexp.Regexp, op, subsys, warm string) {
+	dir := t.TempDir()
+	env := []string{"NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=" + subsys, "NCCL_DEBUG_FILE=" + filepath.Join(dir, "nccl.%h.%p")}
+	out, stderr, code := benchCommandEnv(t, env, "default", "-np", "2", "-op", op, "-R", "2", "-G", "2",
+		"-b", "8", "-e", "64", "-f", "2", "-n", "2", "-w", "1", "-c", "0")
+	if code != 0 {
+		t.Fatalf("%s: exit %d\n%s%s", op, code, out, stderr)
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "nccl.*"))
+	if warm == "" {
+		if len(logs) != 0 {
+			t.Errorf("NCCL_DEBUG_SUBSYS=%s: %d COLL logs written, want none", subsys, len(logs))
 		}
-		logs, _ := filepath.Glob(filepath.Join(dir, "nccl.*"))
-		if c.warm == "" {
-			if len(logs) != 0 {
-				t.Errorf("NCCL_DEBUG_SUBSYS=%s: %d COLL logs written, want none", c.subsys, len(logs))
-			}
-			continue
+		return
+	}
+	if len(logs) != 2 {
+		t.Fatalf("%s: %d COLL logs, want one per process: %v", op, len(logs), logs)
+	}
+	for _, p := range logs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if len(logs) != 2 {
-			t.Fatalf("%s: %d COLL logs, want one per process: %v", c.op, len(logs), logs)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if !first.MatchString(lines[0]) {
+			t.Errorf("%s, %s: the first operation is not the barrier's all-reduce of one float64:\n%s", op, filepath.Base(p), lines[0])
 		}
-		for _, p := range logs {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-			if !first.MatchString(lines[0]) {
-				t.Errorf("%s, %s: the first operation is not the barrier's all-reduce of one float64:\n%s", c.op, filepath.Base(p), lines[0])
-			}
-			if len(lines) < 2 || !strings.Contains(lines[1], " NCCL INFO "+c.warm+": opCount 1 ") {
-				t.Errorf("%s, %s: the second operation is not the warm-up's %s:\n%s", c.op, filepath.Base(p), c.warm, strings.Join(lines[:min(3, len(lines))], "\n"))
-			}
+		if len(lines) < 2 || !strings.Contains(lines[1], " NCCL INFO "+warm+": opCount 1 ") {
+			t.Errorf("%s, %s: the second operation is not the warm-up's %s:\n%s", op, filepath.Base(p), warm, strings.Join(lines[:min(3, len(lines))], "\n"))
 		}
 	}
 }
