@@ -233,6 +233,20 @@ func (rk *graphRank) sync() error {
 	return rk.s.Synchronize()
 }
 
+// nothingRan waits for the stream after a capture and checks that every
+// buffer in bufs still holds graphSentinel: the capture ran nothing.
+func (rk *graphRank) nothingRan(bufs ...nccl.Buffer) error {
+	if err := rk.sync(); err != nil {
+		return err
+	}
+	for _, b := range bufs {
+		if err := graphUntouched(b, graphSentinel); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // graphUntouched checks that b still holds its graphSentinel bytes.
 func graphUntouched(b nccl.Buffer, graphSentinel byte) error {
 	got := make([]byte, b.Size())
@@ -334,13 +348,8 @@ func graphAllReduce(t *testing.T, l *nccl.Library, nranks int, ctx context.Conte
 		if err != nil {
 			return fmt.Errorf("capture: %w", err)
 		}
-		if err := rk.sync(); err != nil {
+		if err := rk.nothingRan(outs...); err != nil {
 			return err
-		}
-		for _, out := range outs {
-			if err := graphUntouched(out, graphSentinel); err != nil {
-				return err
-			}
 		}
 		for launch := range launches {
 			for k, sp := range graphARSpecs {
@@ -434,13 +443,8 @@ func TestFakeGraphSendRecv(t *testing.T) {
 					if err != nil {
 						return fmt.Errorf("capture: %w", err)
 					}
-					if err := rk.sync(); err != nil {
+					if err := rk.nothingRan(recvs...); err != nil {
 						return err
-					}
-					for _, b := range recvs {
-						if err := graphUntouched(b, graphSentinel); err != nil {
-							return err
-						}
 					}
 					for launch := range launches {
 						for k, dt := range types {
@@ -514,10 +518,7 @@ func TestFakeGraphAllGather(t *testing.T) {
 				if err != nil {
 					return fmt.Errorf("capture: %w", err)
 				}
-				if err := rk.sync(); err != nil {
-					return err
-				}
-				if err := graphUntouched(out, graphSentinel); err != nil {
+				if err := rk.nothingRan(out); err != nil {
 					return err
 				}
 				for launch := range launches {
@@ -1044,13 +1045,8 @@ func init() {
 		if err != nil {
 			return fmt.Errorf("capture: %w", err)
 		}
-		if err := rk.sync(); err != nil {
+		if err := rk.nothingRan(append(outs, recv)...); err != nil {
 			return err
-		}
-		for _, b := range append(outs, recv) {
-			if err := graphUntouched(b, graphSentinel); err != nil {
-				return err
-			}
 		}
 		for launch := range launches {
 			for k, sp := range specs {
