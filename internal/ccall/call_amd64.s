@@ -64,6 +64,45 @@ TEXT trampoline(SB), NOSPLIT, $160
 	MOVQ AX, 200(DI)
 	RET
 
+// guardTrampoline runs a call on a thread with a current CUDA device
+// (guard.go), DI pointing at a guardFrame: trampoline's frame, then get at
+// 208, set at 216, the device at 224, the current device at 232, the guard's
+// result at 240. It calls get(&cur) and, where cur is 0, set(dev); a failing
+// one's result goes to 240 and ends it. Then trampoline runs on the frame.
+// The frame pointer is kept at 0(SP); $16 keeps SP 16-byte aligned at each
+// CALL.
+GLOBL ·guardABI0(SB), NOPTR|RODATA, $8
+DATA ·guardABI0(SB)/8, $guardTrampoline(SB)
+TEXT guardTrampoline(SB), NOSPLIT, $16
+	MOVQ  DI, 0(SP)
+	MOVQ  208(DI), R10
+	LEAQ  232(DI), DI
+	XORL  AX, AX
+	CALL  R10
+	MOVQ  0(SP), DI
+	MOVL  AX, AX // the C int, zero-extended
+	MOVQ  AX, 240(DI)
+	TESTL AX, AX
+	JNZ   out
+	MOVL  232(DI), AX
+	TESTL AX, AX
+	JNZ   call
+	MOVQ  216(DI), R10
+	MOVL  224(DI), DI
+	XORL  AX, AX
+	CALL  R10
+	MOVQ  0(SP), DI
+	MOVL  AX, AX
+	MOVQ  AX, 240(DI)
+	TESTL AX, AX
+	JNZ   out
+
+call:
+	CALL trampoline(SB)
+
+out:
+	RET
+
 // batchTrampoline runs the entries of a batch (batch.go) on the system stack,
 // DI pointing at its frame: entries at 0, count at 8, the second success value
 // at 16. An entry (104 bytes): fn at 0, a1..a11 from 8, result at 96. It stops

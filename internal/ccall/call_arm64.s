@@ -65,6 +65,45 @@ TEXT trampoline(SB), NOSPLIT, $0
 	MOVD R0, 200(R2)
 	RET
 
+// guardTrampoline runs a call on a thread with a current CUDA device
+// (guard.go), R0 pointing at a guardFrame: trampoline's frame, then get at
+// 208, set at 216, the device at 224, the current device at 232, the guard's
+// result at 240. It calls get(&cur) and, where cur is 0, set(dev); a failing
+// one's result goes to 240 and ends it. Then trampoline runs on the frame.
+// The frame pointer is kept at 8(RSP); RSP stays 16-byte aligned.
+#define GUARD_STACK 16
+
+GLOBL ·guardABI0(SB), NOPTR|RODATA, $8
+DATA ·guardABI0(SB)/8, $guardTrampoline(SB)
+TEXT guardTrampoline(SB), NOSPLIT, $0
+	SUB   $GUARD_STACK, RSP
+	MOVD  R0, 8(RSP)
+	MOVD  R0, R9
+	MOVD  208(R9), R10
+	ADD   $232, R9, R0
+	BL    (R10)
+	MOVD  8(RSP), R9
+	MOVWU R0, R0 // the C int, zero-extended
+	MOVD  R0, 240(R9)
+	CBNZW R0, out
+	MOVWU 232(R9), R1
+	CBNZW R1, call
+	MOVD  216(R9), R10
+	MOVW  224(R9), R0
+	BL    (R10)
+	MOVD  8(RSP), R9
+	MOVWU R0, R0
+	MOVD  R0, 240(R9)
+	CBNZW R0, out
+
+call:
+	MOVD 8(RSP), R0
+	BL   trampoline(SB)
+
+out:
+	ADD $GUARD_STACK, RSP
+	RET
+
 // batchTrampoline runs the entries of a batch (batch.go) on the system stack,
 // R0 pointing at its frame: entries at 0, count at 8, the second success value
 // at 16. An entry (104 bytes): fn at 0, a1..a11 from 8, result at 96. It stops

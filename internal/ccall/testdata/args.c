@@ -52,3 +52,24 @@ int take_log(uint64_t* out) {
     ncalls = 0;
     return n;
 }
+
+/* A CUDA runtime's current device, per thread, for CallOn: dev_get is
+ * cudaGetDevice (0 on a thread that never chose one), dev_set cudaSetDevice
+ * (refuses 99 with 101 and counts its calls), dev_fail_get makes dev_get fail
+ * with the given code, dev_here is a call that returns the thread's device. */
+static __thread int cur_dev;
+static int get_fails, sets;
+int dev_get(int* d) {
+    if (get_fails) return get_fails;
+    *d = cur_dev;
+    return 0;
+}
+int dev_set(int d) {
+    if (d == 99) return 101;
+    __atomic_add_fetch(&sets, 1, __ATOMIC_SEQ_CST);
+    cur_dev = d;
+    return 0;
+}
+void dev_fail_get(int code) { get_fails = code; }
+int dev_sets(void) { return __atomic_load_n(&sets, __ATOMIC_SEQ_CST); }
+int dev_here(void) { return cur_dev; }

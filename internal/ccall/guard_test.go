@@ -1,0 +1,87 @@
+package ccall
+
+import (
+	"runtime"
+	"testing"
+)
+
+// onFreshThread runs fn on a new OS thread: the goroutine stays locked when
+// it ends, so the runtime retires its thread instead of reusing it.
+func onFreshThread(fn func()) {
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer close(done)
+		fn()
+	}()
+	<-done
+}
+
+func TestCallOn(t *testing.T) {
+	h := lib(t)
+	g := &Guard{Get: sym(t, h, "dev_get"), Set: sym(t, h, "dev_set")}
+	here, sets, set := sym(t, h, "dev_here"), sym(t, h, "dev_sets"), sym(t, h, "dev_set")
+	failGet, weigh := sym(t, h, "dev_fail_get"), sym(t, h, "weigh24")
+	onFreshThread(func() {
+		before := Call(sets)
+		// A thread without a device gets dev before fn runs, once.
+		if r, ge := CallOn(g, 3, here); r != 3 || ge != 0 {
+			t.Errorf("first CallOn(3): fn saw device %d (guard %d), want 3", r, ge)
+		}
+		if r, ge := CallOn(g, 5, here); r != 3 || ge != 0 {
+			t.Errorf("CallOn(5) on a thread on device 3: fn saw device %d (guard %d), want 3 (left alone)", r, ge)
+		}
+		if n := Call(sets) - before; n != 1 {
+			t.Errorf("%d cudaSetDevice calls, want 1", n)
+		}
+	})
+	onFreshThread(func() {
+		// Every argument slot passes through the guard.
+		var a [24]uintptr
+		var want uint64
+		for i := range a {
+			a[i] = uintptr(0x1000_0000_0000_0001)*uintptr(i+1) ^ uintptr(i)<<40
+			want = want*1000003 + uint64(a[i])
+		}
+		r, ge := CallOn(g, 2, weigh, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+			a[12], a[13], a[14], a[15], a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23])
+		if uint64(r) != want || ge != 0 {
+			t.Errorf("weigh24 through CallOn = %#x (guard %d), want %#x", r, ge, want)
+		}
+	})
+	onFreshThread(func() {
+		// A refused device: the guard's error, fn not called.
+		if r, ge := CallOn(g, 99, set, 7); ge != 101 || r != 0 {
+			t.Errorf("CallOn(99): guard %d, fn result %d; want guard 101 and fn not called", ge, r)
+		}
+		if d := Call(here); d != 0 {
+			t.Errorf("after the refusal the thread is on device %d, want 0 (fn not called)", d)
+		}
+	})
+	onFreshThread(func() {
+		Call(failGet, 35)
+		defer Call(failGet, 0)
+		if r, ge := CallOn(g, 4, here); ge != 35 || r != 0 {
+			t.Errorf("failing cudaGetDevice: guard %d, fn result %d; want guard 35 and fn not called", ge, r)
+		}
+	})
+}
+
+func TestCallOnNoAllocs(t *testing.T) {
+	h := lib(t)
+	g := &Guard{Get: sym(t, h, "dev_get"), Set: sym(t, h, "dev_set")}
+	fn := sym(t, h, "weigh24")
+	if n := testing.AllocsPerRun(1000, func() { CallOn(g, 1, fn, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11) }); n != 0 {
+		t.Fatalf("CallOn allocates %v times per call", n)
+	}
+}
+
+func BenchmarkCallOn(b *testing.B) {
+	h := lib(b)
+	g := &Guard{Get: sym(b, h, "dev_get"), Set: sym(b, h, "dev_set")}
+	fn := sym(b, h, "noop")
+	b.ReportAllocs()
+	for b.Loop() {
+		CallOn(g, 1, fn)
+	}
+}
