@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/gonccl/nccl/internal/ccall"
 )
 
 // The captures gonccl began, by stream and OS thread: what the guards of
@@ -179,12 +177,12 @@ func (cu *CUDA) unrelax(prev int32, ok bool) {
 	runtime.UnlockOSThread()
 }
 
-// callRelaxed is ccall.Call(fn, args...) in the relaxed mode (see relax).
-func (cu *CUDA) callRelaxed(fn uintptr, args []uintptr) uintptr {
+// callRelaxed is cu.callOn(dev, fn, args...) in the relaxed mode (see relax).
+func (cu *CUDA) callRelaxed(dev int, fn uintptr, args []uintptr) (uintptr, error) {
 	prev, ok := cu.relax()
-	r := ccall.Call(fn, args...)
+	r, err := cu.callOn(dev, fn, args...)
 	cu.unrelax(prev, ok)
-	return r
+	return r, err
 }
 
 // release drops the holds of a capture that made no graph.

@@ -18,7 +18,8 @@ type CUDA struct {
 	LibraryFile
 	fn [numCUDASymbols]uintptr
 
-	capt captures // the stream captures gonccl has open (graph.go)
+	capt captures     // the stream captures gonccl has open (graph.go)
+	td   threadDevice // the calling thread's device (threaddevice.go)
 }
 
 // OpenCUDA loads the CUDA runtime alone. Of the options only WithCUDARuntime
@@ -38,11 +39,16 @@ func OpenCUDA(opts ...Option) (*CUDA, error) {
 	if err := resolve(file.handle, file.Path, cudaSymbols[:], cu.fn[:], func(s *symbol) bool { return s.since == abi.Version{} }); err != nil {
 		return nil, err
 	}
+	cu.td.init(cu.fn[cuGetDevice], cu.fn[cuSetDevice])
 	return cu, nil
 }
 
 func (cu *CUDA) call(sym int, args ...uintptr) error {
-	if r := abi.CudaError(int32(ccall.Call(cu.fn[sym], args...))); r != abi.CudaSuccess {
+	r, err := cu.callOn(-1, cu.fn[sym], args...)
+	if err != nil {
+		return err
+	}
+	if r := abi.CudaError(int32(r)); r != abi.CudaSuccess {
 		return cu.failure(sym, r)
 	}
 	return nil
@@ -113,7 +119,10 @@ func (cu *CUDA) DeviceCount() (int, error) {
 }
 
 // OnDevice runs fn on a locked OS thread with dev current, then restores the
-// thread's previous device.
+// thread's previous device, except a device 0 that the thread only reported
+// because it had none (see threaddevice.go): setting that back would create
+// device 0's context in a process that does not use GPU 0. The thread then
+// stays on dev.
 func (cu *CUDA) OnDevice(dev int, fn func() error) error {
 	if err := checkDevice("cudaSetDevice", dev); err != nil {
 		return err
@@ -128,8 +137,11 @@ func (cu *CUDA) OnDevice(dev int, fn func() error) error {
 		if err := cu.cudaSetDevice(dev); err != nil {
 			return cu.noSuchDevice(dev, err)
 		}
-		defer cu.cudaSetDevice(int(prev))
+		if prev != 0 || cu.td.used0.Load() || dev == 0 {
+			defer cu.cudaSetDevice(int(prev))
+		}
 	}
+	cu.td.used(dev)
 	return fn()
 }
 

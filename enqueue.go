@@ -2,7 +2,6 @@ package nccl
 
 import (
 	"github.com/gonccl/nccl/abi"
-	"github.com/gonccl/nccl/internal/ccall"
 )
 
 // The one path every stream operation takes into NCCL (Comm.stream): the
@@ -47,11 +46,15 @@ func (c *Comm) stream(sym int, args ...uintptr) error {
 	if fn := l.fn[sym]; fn == 0 {
 		err = l.unsupported(sym)
 	} else if captured {
-		if r := int32(l.cuda.callRelaxed(fn, args)); r != int32(abi.Success) {
-			err = l.result(sym, r)
+		var r uintptr
+		if r, err = l.cuda.callRelaxed(c.dev, fn, args); err == nil && int32(r) != int32(abi.Success) {
+			err = l.result(sym, int32(r))
 		}
-	} else if r := int32(ccall.Call(fn, args...)); r != int32(abi.Success) {
-		err = l.result(sym, r)
+	} else {
+		var r uintptr
+		if r, err = l.callOn(c.dev, fn, args...); err == nil && int32(r) != int32(abi.Success) {
+			err = l.result(sym, int32(r))
+		}
 	}
 	if err == nil && c.blocking {
 		c.exit()

@@ -375,6 +375,13 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 	if g.ncclOpen {
 		calls, first = calls[1:], 0
 	}
+	if cu := l.cuda; cu != nil && len(g.comms) > 0 && cu.td.target(g.comms[0].dev) >= 0 {
+		// NCCL saves and restores the thread's device around the launch:
+		// give the thread one first (see threaddevice.go).
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		cu.setForGroup(g.comms[0].dev)
+	}
 	var err error
 	switch k := ccall.Batch(calls, int32(abi.InProgress)); {
 	case k < 0: // launched (a non-blocking group: in progress, settled below)

@@ -225,14 +225,27 @@ func (l *Library) call(sym int, args ...uintptr) error {
 	if fn == 0 {
 		return l.unsupported(sym)
 	}
-	if r := int32(ccall.Call(fn, args...)); r != int32(abi.Success) {
+	r, err := l.callOn(-1, fn, args...)
+	if err != nil {
+		return err
+	}
+	if r := int32(r); r != int32(abi.Success) {
 		return l.result(sym, r)
 	}
 	return nil
 }
 
+// callOn calls an NCCL function on a thread with a current CUDA device (see
+// threaddevice.go): dev is the device of the communicator it concerns, or -1.
+func (l *Library) callOn(dev int, fn uintptr, args ...uintptr) (uintptr, error) {
+	if l.cuda == nil {
+		return ccall.Call(fn, args...), nil
+	}
+	return l.cuda.callOn(dev, fn, args...)
+}
+
 // result is the error of a result other than ncclSuccess. Out of line: the
-// hot path (Comm.stream) calls ccall.Call itself and comes here only on a
+// hot path (Comm.stream) calls callOn itself and comes here only on a
 // failure or a non-blocking communicator's ncclInProgress.
 //
 //go:noinline

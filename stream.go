@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/gonccl/nccl/abi"
-	"github.com/gonccl/nccl/internal/ccall"
 )
 
 // Stream is a CUDA stream on one device. The zero Stream is the legacy
@@ -162,7 +161,11 @@ func (s Stream) After(other Stream) error {
 }
 
 func (cu *CUDA) ready(sym int, h uintptr) (bool, error) {
-	r := abi.CudaError(int32(ccall.Call(cu.fn[sym], h)))
+	v, err := cu.callOn(-1, cu.fn[sym], h)
+	if err != nil {
+		return false, err
+	}
+	r := abi.CudaError(int32(v))
 	switch r {
 	case abi.CudaSuccess:
 		return true, nil

@@ -815,8 +815,51 @@ func barrierFirst(t *testing.T, first *regexp.Regexp, op, subsys, warm string) {
 		if !first.MatchString(lines[0]) {
 			t.Errorf("%s, %s: the first operation is not the barrier's all-reduce of one float64:\n%s", op, filepath.Base(p), lines[0])
 		}
-		if len(lines) < 2 || !strings.Contains(lines[1], " NCCL INFO "+warm+": opCount 1 ") {
+		if len(lines) < 2 || first.MatchString(lines[1]) || !strings.Contains(lines[1], " NCCL INFO "+warm+": opCount 0 ") {
 			t.Errorf("%s, %s: the second operation is not the warm-up's %s:\n%s", op, filepath.Base(p), warm, strings.Join(lines[:min(3, len(lines))], "\n"))
 		}
 	}
+}
+
+// TestCommandRanksCallOnTheirDevice: each process of -np 2 calls NCCL from
+// threads whose current CUDA device is its own GPU. NCCL's COLL line carries
+// the calling thread's device; on 4 × H100 before the thread-device guard the
+// process of GPU 1 showed [0] on every line, and NCCL's restore of that device
+// left a context of about 525 MiB on GPU 0 per process
+// (docs/perf/h100x4-2026-11-27c/coll-lines.txt, threaddevice.go). A subtest:
+// -np is skipped under an emulator.
+func TestCommandRanksCallOnTheirDevice(t *testing.T) {
+	t.Run("np2", func(t *testing.T) {
+		dir := t.TempDir()
+		env := []string{"NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=COLL", "NCCL_DEBUG_FILE=" + filepath.Join(dir, "nccl.%h.%p")}
+		out, stderr, code := benchCommandEnv(t, env, "default", "-np", "2", "-op", "all_reduce",
+			"-b", "8", "-e", "64", "-f", "2", "-n", "4", "-w", "2", "-c", "1")
+		if code != 0 {
+			t.Fatalf("exit %d\n%s%s", code, out, stderr)
+		}
+		logs, _ := filepath.Glob(filepath.Join(dir, "nccl.*"))
+		dev := regexp.MustCompile(`^\S+:\d+:\d+ \[(\d+)\] NCCL INFO `)
+		seen := map[string]bool{}
+		for _, p := range logs {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			devs := map[string]int{}
+			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				if m := dev.FindStringSubmatch(line); m != nil {
+					devs[m[1]]++
+				}
+			}
+			if len(devs) != 1 {
+				t.Errorf("%s: operations called from threads on devices %v, want one device", filepath.Base(p), devs)
+			}
+			for d := range devs {
+				seen[d] = true
+			}
+		}
+		if len(logs) != 2 || !seen["0"] || !seen["1"] {
+			t.Errorf("%d logs, calling devices %v: want one process on device 0 and one on device 1", len(logs), seen)
+		}
+	})
 }

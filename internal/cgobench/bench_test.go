@@ -54,27 +54,43 @@ func BenchmarkNoopC(b *testing.B) {
 // The hot path of the public API: an AllReduce of 0 elements (checked by the
 // library, then nothing to do), through Comm.AllReduce and through cgo.
 
-func setup(b *testing.B) (*nccl.Library, *nccl.Comm, nccl.Buffer, nccl.Stream) {
+func setup(b *testing.B) (*nccl.Library, *nccl.Comm, nccl.Buffer, nccl.Stream) { return setupOn(b, 0) }
+
+// setupOn is setup on device dev.
+func setupOn(b *testing.B, dev int) (*nccl.Library, *nccl.Comm, nccl.Buffer, nccl.Stream) {
 	l, err := nccl.Open(nccl.WithLibrary(fakes.NCCL(b, "default")), nccl.WithCUDARuntime(fakes.CUDART(b)))
 	if err != nil {
 		b.Fatal(err)
 	}
 	id, _ := l.GetUniqueID()
-	c, err := l.InitRank(context.Background(), 0, id, 1, 0, nil)
+	c, err := l.InitRank(context.Background(), dev, id, 1, 0, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	buf, err := l.CUDA().Alloc(0, nccl.Float32, 16)
+	buf, err := l.CUDA().Alloc(dev, nccl.Float32, 16)
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, _ := l.CUDA().NewStream(0, nccl.StreamNonBlocking)
+	s, _ := l.CUDA().NewStream(dev, nccl.StreamNonBlocking)
 	b.Cleanup(func() { c.Close(context.Background()) })
 	return l, c, buf.Slice(0, 0), s
 }
 
 func BenchmarkAllReduceGonccl(b *testing.B) {
 	_, c, buf, s := setup(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.AllReduce(buf, buf, nccl.Sum, s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAllReduceGoncclDevice1 is BenchmarkAllReduceGonccl where the
+// library has not used device 0: each call runs through the thread-device
+// guard (threaddevice.go), one cudaGetDevice more inside the same C call.
+func BenchmarkAllReduceGoncclDevice1(b *testing.B) {
+	_, c, buf, s := setupOn(b, 1)
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := c.AllReduce(buf, buf, nccl.Sum, s); err != nil {

@@ -64,6 +64,27 @@ static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER; /* any work item fin
 static __thread int current_device;
 static __thread int last_error;
 
+/* Contexts, as CUDA >= 12 makes them: cudaSetDevice creates the device's
+ * primary context and makes it the thread's; a thread that never chose a
+ * device reads as device 0, and the first call that needs a context
+ * (thread_context, at the top of those calls) creates device 0's. The
+ * process's primary contexts are a mask (fakecuda_primary_contexts), for the
+ * tests of a process that must not touch GPU 0. */
+static __thread int has_context;
+static unsigned long long primary_contexts;
+
+static void make_context(int d) {
+    if (d >= 0 && d < 64) __atomic_or_fetch(&primary_contexts, 1ull << d, __ATOMIC_SEQ_CST);
+}
+
+static void thread_context(void) {
+    if (has_context) return;
+    has_context = 1;
+    make_context(current_device);
+}
+
+API unsigned long long fakecuda_primary_contexts(void) { return __atomic_load_n(&primary_contexts, __ATOMIC_SEQ_CST); }
+
 /* FAKECUDA_DEVICES is read at each call, not once: a test process may set it
  * anew per test (nccltest.Setenv) with the library already loaded. */
 static int ndevices(void) {
@@ -519,6 +540,7 @@ static void drain(int dev, int all) {
 #define PRIO_GREATEST (-5)
 
 API int cudaStreamCreateWithPriority(void** out, unsigned flags, int priority) {
+    thread_context();
     if (!out || flags > 1) return fail(cudaErrorInvalidValue);
     if (current_device >= ndevices()) return fail(cudaErrorNoDevice);
     /* As CUDA: a priority outside the range is clamped to it. */
@@ -535,6 +557,7 @@ API int cudaStreamCreateWithPriority(void** out, unsigned flags, int priority) {
 }
 
 API int cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+    thread_context();
     if (current_device >= ndevices()) return fail(cudaErrorNoDevice);
     if (least) *least = PRIO_LEAST;
     if (greatest) *greatest = PRIO_GREATEST;
@@ -542,6 +565,7 @@ API int cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
 }
 
 API int cudaStreamGetPriority(void* h, int* prio) {
+    thread_context();
     if (!prio) return fail(cudaErrorInvalidValue);
     pthread_mutex_lock(&g);
     stream* s = resolve(h);
@@ -551,6 +575,7 @@ API int cudaStreamGetPriority(void* h, int* prio) {
 }
 
 API int cudaStreamCreateWithFlags(void** out, unsigned flags) {
+    thread_context();
     if (!out || flags > 1) return fail(cudaErrorInvalidValue);
     if (current_device >= ndevices()) return fail(cudaErrorNoDevice);
     pthread_mutex_lock(&g);
@@ -565,6 +590,7 @@ API int cudaStreamCreateWithFlags(void** out, unsigned flags) {
 API int cudaStreamCreate(void** out) { return cudaStreamCreateWithFlags(out, 0); }
 
 API int cudaStreamDestroy(void* h) {
+    thread_context();
     pthread_mutex_lock(&g);
     for (stream** ps = &streams; *ps; ps = &(*ps)->next) {
         if (*ps == h) {
@@ -588,6 +614,7 @@ API int cudaStreamDestroy(void* h) {
 }
 
 API int cudaStreamSynchronize(void* h) {
+    thread_context();
     pthread_mutex_lock(&g);
     stream* s = resolve(h);
     if (!s) {
@@ -606,6 +633,7 @@ API int cudaStreamSynchronize(void* h) {
 }
 
 API int cudaStreamQuery(void* h) {
+    thread_context();
     pthread_mutex_lock(&g);
     stream* s = resolve(h);
     int r = !s ? cudaErrorInvalidResourceHandle : s->head ? cudaErrorNotReady : cudaSuccess;
@@ -619,6 +647,7 @@ API int cudaStreamQuery(void* h) {
 }
 
 API int cudaDeviceSynchronize(void) {
+    thread_context();
     if (current_device >= ndevices()) return fail(cudaErrorNoDevice);
     pthread_mutex_lock(&g);
     /* Unsafe from the capturing thread; and it would wait for a capturing
@@ -657,6 +686,7 @@ static event* find_event(void* h) {
 }
 
 API int cudaEventCreateWithFlags(void** out, unsigned flags) {
+    thread_context();
     if (!out || flags > 7) return fail(cudaErrorInvalidValue);
     event* e = calloc(1, sizeof *e);
     e->magic = EVENT_MAGIC;
@@ -671,6 +701,7 @@ API int cudaEventCreateWithFlags(void** out, unsigned flags) {
 API int cudaEventCreate(void** out) { return cudaEventCreateWithFlags(out, 0); }
 
 API int cudaEventDestroy(void* h) {
+    thread_context();
     pthread_mutex_lock(&g);
     for (event** pe = &events; *pe; pe = &(*pe)->next) {
         if (*pe == h) {
@@ -698,6 +729,7 @@ static void retire_mark(void* p) {
 }
 
 API int cudaEventRecord(void* h, void* st) {
+    thread_context();
     pthread_mutex_lock(&g);
     event* e = find_event(h);
     stream* s = resolve(st);
@@ -725,6 +757,7 @@ API int cudaEventRecord(void* h, void* st) {
 }
 
 API int cudaEventQuery(void* h) {
+    thread_context();
     pthread_mutex_lock(&g);
     event* e = find_event(h);
     int r = !e ? cudaErrorInvalidResourceHandle : e->captured ? cudaErrorCapturedEvent
@@ -734,6 +767,7 @@ API int cudaEventQuery(void* h) {
 }
 
 API int cudaEventSynchronize(void* h) {
+    thread_context();
     pthread_mutex_lock(&g);
     event* e = find_event(h);
     if (!e || e->captured) {
@@ -746,6 +780,7 @@ API int cudaEventSynchronize(void* h) {
 }
 
 API int cudaEventElapsedTime(float* ms, void* a, void* b) {
+    thread_context();
     pthread_mutex_lock(&g);
     event *s = find_event(a), *e = find_event(b);
     int r = cudaSuccess;
@@ -766,6 +801,7 @@ static void run_wait(void* p) {
 }
 
 API int cudaStreamWaitEvent(void* st, void* h, unsigned flags) {
+    thread_context();
     pthread_mutex_lock(&g);
     event* e = find_event(h);
     stream* s = resolve(st);
@@ -805,6 +841,8 @@ API int cudaSetDevice(int d) {
     if (!ndevices()) return fail(cudaErrorNoDevice);
     if (d < 0 || d >= ndevices() || d >= 64) return fail(cudaErrorInvalidDevice);
     current_device = d;
+    has_context = 1;
+    make_context(d);
     return cudaSuccess;
 }
 
@@ -841,6 +879,7 @@ static int capture_guard(int dev) {
 }
 
 API int cudaMalloc(void** p, size_t n) {
+    thread_context();
     if (!ndevices()) return fail(cudaErrorNoDevice);
     int r = capture_guard(-1);
     if (r) return fail(r);
@@ -861,6 +900,7 @@ static void drain_for(void* p) {
 }
 
 API int cudaFree(void* p) {
+    thread_context();
     int r = capture_guard(current_device);
     if (r) return fail(r);
     drain_for(p);
@@ -870,6 +910,7 @@ API int cudaFree(void* p) {
 /* Each fake device has 80 GiB; what its allocations hold is used. */
 #define FAKE_DEVICE_BYTES (80ull << 30)
 API int cudaMemGetInfo(size_t* freeb, size_t* total) {
+    thread_context();
     if (!freeb || !total) return fail(cudaErrorInvalidValue);
     if (current_device >= ndevices()) return fail(cudaErrorNoDevice);
     size_t used = 0;
@@ -882,10 +923,12 @@ API int cudaMemGetInfo(size_t* freeb, size_t* total) {
     return cudaSuccess;
 }
 API int cudaMallocHost(void** p, size_t n) {
+    thread_context();
     int r = capture_guard(-1);
     return r ? fail(r) : add_alloc(p, n, -1);
 }
 API int cudaFreeHost(void* p) {
+    thread_context();
     int r = capture_guard(-1);
     if (r) return fail(r);
     drain_for(p);
@@ -941,6 +984,7 @@ static int pageable(const void* p) {
 }
 
 API int cudaMemcpy(void* dst, const void* src, size_t n, int kind) {
+    thread_context();
     int r = check_copy(dst, src, n, kind);
     if (r || (r = capture_guard(current_device))) return fail(r);
     pthread_mutex_lock(&g);
@@ -975,6 +1019,7 @@ static int capture_or_run(void* st, node n) {
 }
 
 API int cudaMemcpyAsync(void* dst, const void* src, size_t n, int kind, void* st) {
+    thread_context();
     int r = check_copy(dst, src, n, kind);
     if (r) return fail(r);
     if ((r = capture_or_run(st, (node){.kind = nodeCopy, .dst = dst, .src = src, .n = n})) >= 0) return r ? fail(r) : r;
@@ -1009,6 +1054,7 @@ API int cudaMemcpyAsync(void* dst, const void* src, size_t n, int kind, void* st
 }
 
 API int cudaMemset(void* p, int value, size_t n) {
+    thread_context();
     if (n && fakecuda_ptr_device(p, n) < 0) return fail(cudaErrorInvalidValue);
     int r = capture_guard(current_device);
     if (r) return fail(r);
@@ -1020,6 +1066,7 @@ API int cudaMemset(void* p, int value, size_t n) {
 }
 
 API int cudaMemsetAsync(void* p, int value, size_t n, void* st) {
+    thread_context();
     if (n && fakecuda_ptr_device(p, n) < 0) return fail(cudaErrorInvalidValue);
     int r = capture_or_run(st, (node){.kind = nodeCopy, .dst = p, .n = n, .value = value});
     if (r >= 0) return r ? fail(r) : r;
@@ -1041,6 +1088,7 @@ struct cudaPointerAttributes {
 };
 
 API int cudaPointerGetAttributes(struct cudaPointerAttributes* a, const void* p) {
+    thread_context();
     if (!a) return fail(cudaErrorInvalidValue);
     memset(a, 0, sizeof *a);
     pthread_mutex_lock(&g);
@@ -1060,6 +1108,7 @@ API int cudaPointerGetAttributes(struct cudaPointerAttributes* a, const void* p)
 /* ---- host memory registration ---- */
 
 API int cudaHostRegister(void* p, size_t size, unsigned flags) {
+    thread_context();
     if (!p || !size || flags > 15) return fail(cudaErrorInvalidValue);
     int r = capture_guard(-1);
     if (r) return fail(r);
@@ -1081,6 +1130,7 @@ API int cudaHostRegister(void* p, size_t size, unsigned flags) {
 }
 
 API int cudaHostUnregister(void* p) {
+    thread_context();
     int r = capture_guard(-1);
     if (r) return fail(r);
     pthread_mutex_lock(&g);
@@ -1132,6 +1182,7 @@ API int cudaDeviceCanAccessPeer(int* can, int dev, int peer) {
 }
 
 API int cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
+    thread_context();
     if (flags) return fail(cudaErrorInvalidValue);
     if (!valid_device(peer) || peer == current_device || !valid_device(current_device)) return fail(cudaErrorInvalidDevice);
     if (getenv("FAKECUDA_NO_PEER")) return fail(cudaErrorInvalidDevice);
@@ -1145,6 +1196,7 @@ API int cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
 }
 
 API int cudaDeviceDisablePeerAccess(int peer) {
+    thread_context();
     if (!valid_device(peer) || !valid_device(current_device)) return fail(cudaErrorInvalidDevice);
     pthread_mutex_lock(&g);
     int was = peer_enabled[current_device][peer];
@@ -1156,6 +1208,7 @@ API int cudaDeviceDisablePeerAccess(int peer) {
 /* ---- stream-ordered allocation ---- */
 
 API int cudaMallocAsync(void** p, size_t n, void* st) {
+    thread_context();
     if (!p) return fail(cudaErrorInvalidValue);
     pthread_mutex_lock(&g);
     stream* s = resolve(st);
@@ -1171,6 +1224,7 @@ API int cudaMallocAsync(void** p, size_t n, void* st) {
 static void run_free(void* p) { remove_alloc(p, 0); }
 
 API int cudaFreeAsync(void* p, void* st) {
+    thread_context();
     pthread_mutex_lock(&g);
     alloc* a = find_alloc(p);
     int bad = !a || a->base != p || a->dev < 0;
@@ -1215,6 +1269,7 @@ static node* copy_nodes(const node* n) {
 }
 
 API int cudaStreamBeginCapture(void* h, int mode) {
+    thread_context();
     if (mode < modeGlobal || mode > modeRelaxed) return fail(cudaErrorInvalidValue);
     if (!h) return fail(cudaErrorStreamCaptureUnsupported); /* the legacy stream cannot capture */
     pthread_mutex_lock(&g);
@@ -1231,6 +1286,7 @@ API int cudaStreamBeginCapture(void* h, int mode) {
 }
 
 API int cudaStreamEndCapture(void* h, void** out) {
+    thread_context();
     if (!out) return fail(cudaErrorInvalidValue);
     if (!h) return fail(cudaErrorIllegalState);
     pthread_mutex_lock(&g);
@@ -1265,6 +1321,7 @@ API int cudaStreamEndCapture(void* h, void** out) {
 }
 
 API int cudaStreamIsCapturing(void* h, int* status) {
+    thread_context();
     if (!status) return fail(cudaErrorInvalidValue);
     pthread_mutex_lock(&g);
     stream* s = resolve(h);
@@ -1302,6 +1359,7 @@ API int cudaGraphInstantiateWithFlags(void** out, void* gh, unsigned long long f
 API int cudaGraphInstantiate(void** out, void* gh, unsigned long long flags) { return instantiate(out, gh, flags); }
 
 API int cudaGraphLaunch(void* xh, void* st) {
+    thread_context();
     pthread_mutex_lock(&g);
     graph* x = find_graph(execs, xh);
     stream* s = resolve(st);
@@ -1353,6 +1411,7 @@ API int cudaGraphDestroy(void* h) { return destroy_graph(&graphs, h); }
 
 /* fakecuda_live_graphs counts graphs and executable graphs not destroyed. */
 API long fakecuda_live_graphs(void) {
+    thread_context();
     long n = 0;
     pthread_mutex_lock(&g);
     for (graph* x = graphs; x; x = x->next) n++;

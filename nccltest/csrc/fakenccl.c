@@ -171,6 +171,8 @@ int fakecuda_current_device(void);
 int cudaMalloc(void** p, size_t n);
 int cudaGetDeviceCount(int* n);
 int cudaFree(void* p);
+int cudaGetDevice(int* d);
+int cudaSetDevice(int d);
 
 /* The parts, in this order: each uses what the ones before it declare. */
 #include "fakenccl/net.c" /* errors, loopback TCP, unique ids */

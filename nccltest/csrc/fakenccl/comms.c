@@ -85,7 +85,6 @@ typedef struct comm {
     ncclResult_t async;
     ncclResult_t sticky; /* an asynchronous failure: async stays at it */
     long coll_seq, split_seq, win_seq;
-    long ops_logged; /* operations NCCL_DEBUG's COLL lines counted (their opCount) */
     long send_seq[MAXR], recv_seq[MAXR];
     int pending;    /* work items not yet run */
     int launches;   /* non-blocking groups of its whose launch thread runs: ncclCommAbort joins them */

@@ -9,8 +9,13 @@
  * %h is the host name, %p the pid and %% a '%', opened for writing and line
  * buffered, or else to stdout. ncclEnqueueCheck writes the line after the
  * arguments are checked and before the task is appended: a refused call has
- * none, a call of count 0 has one. The fake's opCount is the number of
- * operations this communicator enqueued before, in hex. */
+ * none, a call of count 0 has one. The number in brackets is the calling
+ * thread's current CUDA device (debug.cc asks cudaGetDevice), not the
+ * communicator's. opCount is comm->opCount, which only ncclProxyStart
+ * advances, for launches that posted work to NCCL's proxy thread: none
+ * within one node over NVLink, where 2.28.3 printed 0 for every operation on
+ * 4 x H100 (docs/perf/h100x4-2026-11-27c/coll-lines.txt). The fake has no
+ * proxy: 0. */
 
 static pthread_once_t debug_once = PTHREAD_ONCE_INIT;
 static FILE* debug_file; /* NULL: no COLL lines */
@@ -73,12 +78,9 @@ static void debug_coll(const char* op_name, comm* c, const void* send, const voi
                        int root, void* stream) {
     pthread_once(&debug_once, debug_init);
     if (!debug_file) return;
-    pthread_mutex_lock(&g);
-    unsigned long count_before = (unsigned long)c->ops_logged++;
-    pthread_mutex_unlock(&g);
     fprintf(debug_file,
             "%s:%d:%d [%d] NCCL INFO %s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p "
             "[nranks=%d] stream %p\n",
-            debug_host, (int)getpid(), (int)syscall(SYS_gettid), c->dev, op_name, count_before, send, recv, count, type, op, root,
-            (void*)c, c->nranks, stream);
+            debug_host, (int)getpid(), (int)syscall(SYS_gettid), fakecuda_current_device(), op_name, 0ul, send, recv, count,
+            type, op, root, (void*)c, c->nranks, stream);
 }

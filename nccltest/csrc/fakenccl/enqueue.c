@@ -239,7 +239,23 @@ static int captured_item(const itemmode* ms, const task* t) {
 /* launch connects what needs it, numbers the tasks and hands each (comm,
  * stream) its work item. An item for a capturing stream is recorded into the
  * graph instead, unnumbered: each graph launch numbers a copy of it. */
+static ncclResult_t launch_tasks(task* list, const char* fn);
+
+/* launch is a blocking launch as NCCL's (group.cc, 2.28.3): the calling
+ * thread's device is saved, each member's made current in turn, and the saved
+ * one set back with cudaSetDevice. On a thread that never chose a device the
+ * saved one is 0, and setting it creates device 0's context (the fake CUDA
+ * runtime counts it, as CUDA >= 12 makes it). */
 static ncclResult_t launch(task* list, const char* fn) {
+    int saved = 0;
+    cudaGetDevice(&saved);
+    for (task* t = list; t; t = t->next) cudaSetDevice(t->c->dev);
+    ncclResult_t r = launch_tasks(list, fn);
+    cudaSetDevice(saved);
+    return r;
+}
+
+static ncclResult_t launch_tasks(task* list, const char* fn) {
     for (task* t = list; t; t = t->next) {
         if (t->kind != kAlltoAllv) continue;
         int n = t->c->nranks;
@@ -367,8 +383,13 @@ static void* launch_later(void* p) {
     for (int i = 0; i < b->n; i++) stop |= b->members[i]->aborted;
     pthread_mutex_unlock(&g);
     ncclResult_t r = ncclSuccess;
-    if (b->list && !stop) r = launch(b->list, b->fn);
-    else if (b->list) free_tasks(b->list);
+    if (b->list && !stop) {
+        /* NCCL's job thread makes each member's device current and sets
+         * nothing back (group.cc, groupLaunchNonBlocking) */
+        for (task* t = b->list; t; t = t->next) cudaSetDevice(t->c->dev);
+        r = launch_tasks(b->list, b->fn);
+    } else if (b->list)
+        free_tasks(b->list);
     pthread_mutex_lock(&g);
     for (int i = 0; i < b->n; i++) {
         if (!b->members[i]->blocking) set_async(b->members[i], r);
