@@ -137,7 +137,7 @@ func (cu *CUDA) OnDevice(dev int, fn func() error) error {
 		if err := cu.cudaSetDevice(dev); err != nil {
 			return cu.noSuchDevice(dev, err)
 		}
-		if prev != 0 || cu.td.used0.Load() || dev == 0 {
+		if prev != 0 || cu.td.used0.Load() {
 			defer cu.cudaSetDevice(int(prev))
 		}
 	}
