@@ -191,6 +191,23 @@ func (rk *graphRank) alloc(dt nccl.DataType, n int, graphSentinel byte) (nccl.Bu
 	return b, b.Memset(graphSentinel)
 }
 
+// allocPairs allocates, per spec, an input of n zeros and an output of n
+// elements filled with graphSentinel.
+func (rk *graphRank) allocPairs(specs []arSpec, n int) (ins, outs []nccl.Buffer, err error) {
+	for _, sp := range specs {
+		in, err := rk.alloc(sp.dt, n, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		out, err := rk.alloc(sp.dt, n, graphSentinel)
+		if err != nil {
+			return nil, nil, err
+		}
+		ins, outs = append(ins, in), append(outs, out)
+	}
+	return ins, outs, nil
+}
+
 func (rk *graphRank) free() {
 	if rk.g != nil {
 		rk.g.Destroy()
@@ -325,17 +342,9 @@ func graphAllReduce(t *testing.T, l *nccl.Library, nranks int, ctx context.Conte
 			return err
 		}
 		defer rk.free()
-		var ins, outs []nccl.Buffer
-		for _, sp := range graphARSpecs {
-			in, err := rk.alloc(sp.dt, n, 0)
-			if err != nil {
-				return err
-			}
-			out, err := rk.alloc(sp.dt, n, graphSentinel)
-			if err != nil {
-				return err
-			}
-			ins, outs = append(ins, in), append(outs, out)
+		ins, outs, err := rk.allocPairs(graphARSpecs, n)
+		if err != nil {
+			return err
 		}
 		rk.g, err = l.CUDA().Capture(rk.s, func() error {
 			for k, sp := range graphARSpecs {
@@ -1008,17 +1017,9 @@ func init() {
 		}
 		defer rk.free()
 		specs := graphARSpecs[:2]
-		var ins, outs []nccl.Buffer
-		for _, sp := range specs {
-			in, err := rk.alloc(sp.dt, n, 0)
-			if err != nil {
-				return err
-			}
-			out, err := rk.alloc(sp.dt, n, graphSentinel)
-			if err != nil {
-				return err
-			}
-			ins, outs = append(ins, in), append(outs, out)
+		ins, outs, err := rk.allocPairs(specs, n)
+		if err != nil {
+			return err
 		}
 		send, err := rk.alloc(nccl.Int64, n, 0)
 		if err != nil {

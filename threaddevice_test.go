@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -53,7 +52,7 @@ func init() {
 		if err != nil {
 			return err
 		}
-		h, err := purego.Dlopen(filepath.Join(l.CUDA().Path), purego.RTLD_NOW)
+		h, err := purego.Dlopen(l.CUDA().Path, purego.RTLD_NOW)
 		if err != nil {
 			return err
 		}
