@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ebitengine/purego"
 	"github.com/gonccl/nccl"
@@ -45,22 +46,79 @@ func onFreshThread(fn func() error) error {
 	return <-ch
 }
 
+// primaryContexts returns a function that reports which devices have a
+// primary context in this process, one bit per device: from the fake CUDA
+// runtime (fakecuda_primary_contexts), or from the driver of a real one
+// (cuDevicePrimaryCtxGetState, which makes no context itself).
+func primaryContexts(cudart string) (func() (uint64, error), error) {
+	h, err := purego.Dlopen(cudart, purego.RTLD_NOW)
+	if err != nil {
+		return nil, err
+	}
+	if fake, err := purego.Dlsym(h, "fakecuda_primary_contexts"); err == nil {
+		return func() (uint64, error) { r, _, _ := purego.SyscallN(fake); return uint64(r), nil }, nil
+	}
+	drv, err := purego.Dlopen("libcuda.so.1", purego.RTLD_NOW)
+	if err != nil {
+		return nil, err
+	}
+	sym := func(name string) (uintptr, error) { return purego.Dlsym(drv, name) }
+	cuInit, err := sym("cuInit")
+	if err != nil {
+		return nil, err
+	}
+	cuDeviceGetCount, err := sym("cuDeviceGetCount")
+	if err != nil {
+		return nil, err
+	}
+	cuDeviceGet, err := sym("cuDeviceGet")
+	if err != nil {
+		return nil, err
+	}
+	cuState, err := sym("cuDevicePrimaryCtxGetState")
+	if err != nil {
+		return nil, err
+	}
+	return func() (uint64, error) {
+		if r, _, _ := purego.SyscallN(cuInit, 0); r != 0 {
+			return 0, fmt.Errorf("cuInit: CUresult %d", r)
+		}
+		var n int32
+		if r, _, _ := purego.SyscallN(cuDeviceGetCount, uintptr(unsafe.Pointer(&n))); r != 0 {
+			return 0, fmt.Errorf("cuDeviceGetCount: CUresult %d", r)
+		}
+		var mask uint64
+		for i := range n {
+			var dev, flags, active int32
+			if r, _, _ := purego.SyscallN(cuDeviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(i)); r != 0 {
+				return 0, fmt.Errorf("cuDeviceGet(%d): CUresult %d", i, r)
+			}
+			if r, _, _ := purego.SyscallN(cuState, uintptr(dev), uintptr(unsafe.Pointer(&flags)),
+				uintptr(unsafe.Pointer(&active))); r != 0 {
+				return 0, fmt.Errorf("cuDevicePrimaryCtxGetState(%d): CUresult %d", i, r)
+			}
+			if active != 0 {
+				mask |= 1 << i
+			}
+		}
+		return mask, nil
+	}, nil
+}
+
 func init() {
+	// device-one-only: every step of a program on device 1 alone, each on a
+	// fresh OS thread, and after each step no context but device 1's.
+	// GONCCL_TEST_MODE=nonblocking makes the communicator non-blocking.
 	nccl.Children["device-one-only"] = func() error {
 		const dev = 1
 		l, err := nccl.Open()
 		if err != nil {
 			return err
 		}
-		h, err := purego.Dlopen(l.CUDA().Path, purego.RTLD_NOW)
+		mask, err := primaryContexts(l.CUDA().Path)
 		if err != nil {
 			return err
 		}
-		maskFn, err := purego.Dlsym(h, "fakecuda_primary_contexts")
-		if err != nil {
-			return err
-		}
-		mask := func() uint64 { r, _, _ := purego.SyscallN(maskFn); return uint64(r) }
 		var cfg *nccl.Config
 		if os.Getenv("GONCCL_TEST_MODE") == "nonblocking" {
 			cfg = &nccl.Config{Blocking: new(bool)}
@@ -70,14 +128,20 @@ func init() {
 			s    nccl.Stream
 			buf  nccl.Buffer
 			comm *nccl.Comm
+			g    *nccl.Graph
 		)
+		const elems = 1024
+		in := make([]float32, elems)
+		for i := range in {
+			in[i] = float32(i%251) - 125
+		}
 		steps := []struct {
 			name string
 			fn   func() error
 		}{
 			{"NewStream", func() (err error) { s, err = cu.NewStream(dev, nccl.StreamNonBlocking); return }},
-			{"Alloc", func() (err error) { buf, err = cu.Alloc(dev, nccl.Float32, 1024); return }},
-			{"CopyIn", func() error { return nccl.CopyIn(buf, make([]float32, 1024)) }},
+			{"Alloc", func() (err error) { buf, err = cu.Alloc(dev, nccl.Float32, elems); return }},
+			{"CopyIn", func() error { return nccl.CopyIn(buf, in) }},
 			{"InitRank", func() error {
 				id, err := l.GetUniqueID()
 				if err != nil {
@@ -93,7 +157,26 @@ func init() {
 				return l.Group(func() error { return comm.AllReduce(buf, buf, nccl.Sum, s) })
 			}},
 			{"Wait", func() error { return comm.Wait(context.Background(), s) }},
-			{"CopyOut", func() error { return nccl.CopyOut(make([]float32, 1024), buf) }},
+			{"Capture", func() (err error) {
+				g, err = cu.Capture(s, func() error { return comm.AllReduce(buf, buf, nccl.Sum, s) })
+				return err
+			}},
+			{"Graph.Launch", func() error { return g.Launch(s) }},
+			{"Stream.Synchronize", func() error { return s.Synchronize() }},
+			{"Graph.Destroy", func() error { return g.Destroy() }},
+			{"CopyOut", func() error {
+				// One rank: a sum is the identity, however often it ran.
+				out := make([]float32, elems)
+				if err := nccl.CopyOut(out, buf); err != nil {
+					return err
+				}
+				for i := range out {
+					if out[i] != in[i] {
+						return fmt.Errorf("element %d: %v, want %v", i, out[i], in[i])
+					}
+				}
+				return nil
+			}},
 			{"Close", func() error { return comm.Close(context.Background()) }},
 			{"Free", func() error { return buf.Free() }},
 			{"Stream.Destroy", func() error { return s.Destroy() }},
@@ -102,7 +185,11 @@ func init() {
 			if err := onFreshThread(st.fn); err != nil {
 				return fmt.Errorf("%s: %w", st.name, err)
 			}
-			if m := mask(); m != 1<<dev {
+			m, err := mask()
+			if err != nil {
+				return err
+			}
+			if m != 1<<dev {
 				return fmt.Errorf("after %s on a fresh thread, primary contexts %#b: want only device %d's", st.name, m, dev)
 			}
 		}
