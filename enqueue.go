@@ -1,6 +1,8 @@
 package nccl
 
 import (
+	"runtime"
+
 	"github.com/gonccl/nccl/abi"
 )
 
@@ -32,9 +34,15 @@ func (c *Comm) stream(sym int, args ...uintptr) error {
 			return err
 		}
 	}
-	if !c.blocking && !c.launching.CompareAndSwap(false, true) {
-		c.exit()
-		return busyError(ncclSymbols[sym].name)
+	if !c.blocking {
+		if !c.launching.CompareAndSwap(false, true) {
+			c.exit()
+			return busyError(ncclSymbols[sym].name)
+		}
+		// The launch call and the polls that wait it out stay on one OS
+		// thread (see waitFor): a goroutine that moves between them pays a
+		// handoff between threads.
+		runtime.LockOSThread()
 	}
 	n := len(args)
 	args[n-2] = c.h
@@ -65,6 +73,7 @@ func (c *Comm) stream(sym int, args ...uintptr) error {
 	err = c.settledHeld(ncclSymbols[sym].name, err)
 	if !c.blocking {
 		c.launching.Store(false)
+		runtime.UnlockOSThread()
 	}
 	c.exit()
 	if err != nil && !c.blocking && isClosed(err) {

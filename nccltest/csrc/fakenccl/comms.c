@@ -439,7 +439,16 @@ static void release_end(comm* c) {
 typedef struct gjob {
     int refs;       /* members linked to it */
     int completing; /* threads inside its completion */
+    long launcher;  /* the thread whose ncclGroupEnd (or operation) started a launch job; 0 for other jobs */
 } gjob;
+
+/* polls_elsewhere counts the polls (ncclCommGetAsyncError) of a launch job
+ * made from another thread than the one that started it. NCCL takes them from
+ * any thread; the count is a probe for gonccl, which keeps a non-blocking
+ * launch and its wait on one thread (a goroutine that moves between threads
+ * while it polls cost 10-40 us per launch on H100 VMs). */
+static long polls_elsewhere;
+API long fakenccl_polls_elsewhere(void) { return __atomic_load_n(&polls_elsewhere, __ATOMIC_RELAXED); }
 
 static long complete_window_us = 200;
 API void fakenccl_set_complete_window_us(long us) { __atomic_store_n(&complete_window_us, us, __ATOMIC_RELAXED); }
