@@ -62,7 +62,7 @@ func TestNonBlockingOpAllocs(t *testing.T) {
 // to another thread at its yields between polls (33 000 to 39 600 polls
 // elsewhere in 200 launches, 5 runs) and, with only the wait kept on its
 // thread, still after the launch's C call, whenever the runtime had given
-// its P away (171 to 359). On 4 × H100 (-np 4, 8 bytes) launches cost a
+// its P away (171 to 503 in 8 runs). On 4 × H100 (-np 4, 8 bytes) launches cost a
 // median of 126.7 µs free to move, 92.0 µs kept on their thread, and 81.0 µs
 // from C.
 // The fake counts the polls of a launch made from another thread than the
@@ -82,6 +82,8 @@ func TestNonBlockingLaunchStaysOnItsThread(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	var busy sync.WaitGroup
+	defer busy.Wait()
+	defer close(stop)
 	for range 4 { // goroutines for the scheduler to juggle
 		busy.Add(1)
 		go func() {
@@ -98,29 +100,15 @@ func TestNonBlockingLaunchStaysOnItsThread(t *testing.T) {
 	}
 	before, _, _ := purego.SyscallN(elsewhere)
 	const launches = 100
-	errs := make([]error, len(ranks))
-	var wg sync.WaitGroup
-	for r, rk := range ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range launches {
-				if errs[r] = rk.comm.AllReduce(bufs[r], bufs[r], nccl.Sum, rk.s); errs[r] != nil {
-					return
-				}
+	eachRank(t, ranks, func(r int, rk rank) error {
+		for range launches {
+			if err := rk.comm.AllReduce(bufs[r], bufs[r], nccl.Sum, rk.s); err != nil {
+				return err
 			}
-			errs[r] = rk.s.Synchronize()
-		}()
-	}
-	wg.Wait()
-	after, _, _ := purego.SyscallN(elsewhere)
-	close(stop)
-	busy.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
 		}
-	}
+		return nil
+	})
+	after, _, _ := purego.SyscallN(elsewhere)
 	if n := after - before; n != 0 {
 		t.Errorf("%d polls of %d launches came from another thread than the launch's", n, launches*len(ranks))
 	}

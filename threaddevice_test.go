@@ -62,23 +62,13 @@ func primaryContexts(cudart string) (func() (uint64, error), error) {
 	if err != nil {
 		return nil, err
 	}
-	sym := func(name string) (uintptr, error) { return purego.Dlsym(drv, name) }
-	cuInit, err := sym("cuInit")
-	if err != nil {
-		return nil, err
+	var fn [4]uintptr
+	for i, name := range []string{"cuInit", "cuDeviceGetCount", "cuDeviceGet", "cuDevicePrimaryCtxGetState"} {
+		if fn[i], err = purego.Dlsym(drv, name); err != nil {
+			return nil, err
+		}
 	}
-	cuDeviceGetCount, err := sym("cuDeviceGetCount")
-	if err != nil {
-		return nil, err
-	}
-	cuDeviceGet, err := sym("cuDeviceGet")
-	if err != nil {
-		return nil, err
-	}
-	cuState, err := sym("cuDevicePrimaryCtxGetState")
-	if err != nil {
-		return nil, err
-	}
+	cuInit, cuDeviceGetCount, cuDeviceGet, cuState := fn[0], fn[1], fn[2], fn[3]
 	return func() (uint64, error) {
 		if r, _, _ := purego.SyscallN(cuInit, 0); r != 0 {
 			return 0, fmt.Errorf("cuInit: CUresult %d", r)
