@@ -75,6 +75,7 @@ func TestNonBlockingLaunchStaysOnItsThread(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
 	l := open(t, "default")
 	elsewhere := fakeFn(t, l, "fakenccl_polls_elsewhere")
+	polls := fakeFn(t, l, "fakenccl_launch_polls")
 	ranks := initRanksCtx(t, l, 2, nonBlockingCtx(t))
 	bufs := make([]nccl.Buffer, len(ranks))
 	for r := range ranks {
@@ -99,6 +100,7 @@ func TestNonBlockingLaunchStaysOnItsThread(t *testing.T) {
 		}()
 	}
 	before, _, _ := purego.SyscallN(elsewhere)
+	pollsBefore, _, _ := purego.SyscallN(polls)
 	const launches = 100
 	eachRank(t, ranks, func(r int, rk rank) error {
 		for range launches {
@@ -109,6 +111,10 @@ func TestNonBlockingLaunchStaysOnItsThread(t *testing.T) {
 		return nil
 	})
 	after, _, _ := purego.SyscallN(elsewhere)
+	pollsAfter, _, _ := purego.SyscallN(polls)
+	if n := int(pollsAfter - pollsBefore); n < launches*len(ranks) {
+		t.Fatalf("the fake saw %d polls of %d launches: the probe counts nothing", n, launches*len(ranks))
+	}
 	if n := after - before; n != 0 {
 		t.Errorf("%d polls of %d launches came from another thread than the launch's", n, launches*len(ranks))
 	}

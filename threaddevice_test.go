@@ -70,22 +70,22 @@ func primaryContexts(cudart string) (func() (uint64, error), error) {
 	}
 	cuInit, cuDeviceGetCount, cuDeviceGet, cuState := fn[0], fn[1], fn[2], fn[3]
 	return func() (uint64, error) {
-		if r, _, _ := purego.SyscallN(cuInit, 0); r != 0 {
-			return 0, fmt.Errorf("cuInit: CUresult %d", r)
+		if r, _, _ := purego.SyscallN(cuInit, 0); int32(r) != 0 {
+			return 0, fmt.Errorf("cuInit: CUresult %d", int32(r))
 		}
 		var n int32
-		if r, _, _ := purego.SyscallN(cuDeviceGetCount, uintptr(unsafe.Pointer(&n))); r != 0 {
-			return 0, fmt.Errorf("cuDeviceGetCount: CUresult %d", r)
+		if r, _, _ := purego.SyscallN(cuDeviceGetCount, uintptr(unsafe.Pointer(&n))); int32(r) != 0 {
+			return 0, fmt.Errorf("cuDeviceGetCount: CUresult %d", int32(r))
 		}
 		var mask uint64
 		for i := range n {
 			var dev, flags, active int32
-			if r, _, _ := purego.SyscallN(cuDeviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(i)); r != 0 {
-				return 0, fmt.Errorf("cuDeviceGet(%d): CUresult %d", i, r)
+			if r, _, _ := purego.SyscallN(cuDeviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(i)); int32(r) != 0 {
+				return 0, fmt.Errorf("cuDeviceGet(%d): CUresult %d", i, int32(r))
 			}
 			if r, _, _ := purego.SyscallN(cuState, uintptr(dev), uintptr(unsafe.Pointer(&flags)),
-				uintptr(unsafe.Pointer(&active))); r != 0 {
-				return 0, fmt.Errorf("cuDevicePrimaryCtxGetState(%d): CUresult %d", i, r)
+				uintptr(unsafe.Pointer(&active))); int32(r) != 0 {
+				return 0, fmt.Errorf("cuDevicePrimaryCtxGetState(%d): CUresult %d", i, int32(r))
 			}
 			if active != 0 {
 				mask |= 1 << i

@@ -217,7 +217,7 @@ func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)
 			}
 			continue
 		}
-		if locked { // a long wait sleeps without holding a thread
+		if locked { // a long wait sleeps without its own lock (a launch's stays: Comm.stream)
 			runtime.UnlockOSThread()
 			locked = false
 		}

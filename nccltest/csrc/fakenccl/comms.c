@@ -446,23 +446,30 @@ typedef struct gjob {
  * made from another thread than the one that started it. NCCL takes them from
  * any thread; the count is a probe for gonccl, which keeps a non-blocking
  * launch and its wait on one thread (a goroutine that moves between threads
- * while it polls cost 10-40 us per launch on H100 VMs). */
-static long polls_elsewhere;
+ * while it polls cost up to 35-50 us per launch on H100 VMs). */
+static long polls_elsewhere, launch_polls;
 API long fakenccl_polls_elsewhere(void) { return __atomic_load_n(&polls_elsewhere, __ATOMIC_RELAXED); }
+/* launch_polls counts every poll of a launch job, from any thread. */
+API long fakenccl_launch_polls(void) { return __atomic_load_n(&launch_polls, __ATOMIC_RELAXED); }
 
 static long complete_window_us = 200;
 API void fakenccl_set_complete_window_us(long us) { __atomic_store_n(&complete_window_us, us, __ATOMIC_RELAXED); }
 
 /* job_start makes a job for the non-blocking communicators cs (g held): each
- * that has none is linked to it. */
-static void job_start(comm** cs, int n) {
+ * that has none is linked to it. It returns the job, or NULL when none was
+ * linked. */
+static gjob* job_start(comm** cs, int n) {
     gjob* j = calloc(1, sizeof *j);
     for (int i = 0; i < n; i++)
         if (!cs[i]->blocking && !cs[i]->job) {
             cs[i]->job = j;
             j->refs++;
         }
-    if (!j->refs) free(j);
+    if (!j->refs) {
+        free(j);
+        return NULL;
+    }
+    return j;
 }
 static void job_start1(comm* c) { job_start(&c, 1); }
 

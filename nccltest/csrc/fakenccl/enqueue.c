@@ -417,9 +417,8 @@ static ncclResult_t launch_nonblocking(task* list, comm** members, int n, comm**
         members[i]->launches++;
     }
     memcpy(b->members + n, inits, (size_t)ninits * sizeof *inits); /* linked too, as NCCL's async jobs' comms */
-    job_start(b->members, n + ninits);
-    for (int i = 0; i < n; i++)
-        if (b->members[i]->job) b->members[i]->job->launcher = (long)syscall(SYS_gettid);
+    gjob* j = job_start(b->members, n + ninits);
+    if (j && n > 0) j->launcher = (long)syscall(SYS_gettid); /* a launch job (see polls_elsewhere) */
     pthread_mutex_unlock(&g);
     pthread_t th;
     pthread_create(&th, NULL, launch_later, b);

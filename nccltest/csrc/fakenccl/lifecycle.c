@@ -677,8 +677,10 @@ API ncclResult_t ncclCommGetAsyncError(comm* c, ncclResult_t* r) {
         abort();
     }
     if (k) *r = c->async;
-    if (k && c->job && c->job->launcher && c->job->launcher != (long)syscall(SYS_gettid))
-        __atomic_add_fetch(&polls_elsewhere, 1, __ATOMIC_RELAXED);
+    if (k && c->job && c->job->launcher) {
+        __atomic_add_fetch(&launch_polls, 1, __ATOMIC_RELAXED);
+        if (c->job->launcher != (long)syscall(SYS_gettid)) __atomic_add_fetch(&polls_elsewhere, 1, __ATOMIC_RELAXED);
+    }
     pthread_mutex_unlock(&g);
     if (!k) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: invalid comm");
     if (*r == ncclSuccess) job_complete(c); /* the job it was linked to, done: joined (see job_complete) */
