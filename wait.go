@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gonccl/nccl/abi"
+	"golang.org/x/sys/unix"
 )
 
 // Waiting happens in Go, between short NCCL and CUDA calls, never inside a
@@ -168,18 +169,25 @@ const spinFor = 500 * time.Microsecond
 // microseconds (an operation's launch on a non-blocking communicator), then
 // sleeps between polls, up to a millisecond. It allocates nothing.
 //
-// While it spins, the goroutine stays on its OS thread and yields only every
-// 16th poll. A yield at every poll, the goroutine free, handed it to another
-// thread the runtime woke for it nearly every time (the fakes count the
-// polls made elsewhere: TestNonBlockingLaunchStaysOnItsThread), and kept on
-// its thread each yield still costs a handoff between two threads. 8-byte
-// all-reduces on non-blocking communicators, -np 4 on 4 × H100, 6 alternating
-// runs: median 126.7 µs per launch before, 92.0 µs after, 81.0 µs from C
-// (docs/performance.md).
+// While it spins, the goroutine stays on its OS thread, and every 16th poll
+// the thread yields its CPU to the kernel (sched_yield), not the goroutine to
+// the Go scheduler. A goroutine free to move was handed to another thread at
+// nearly every runtime.Gosched (the fakes count the polls made elsewhere:
+// TestNonBlockingLaunchStaysOnItsThread); kept on its thread, each Gosched
+// parks the thread until another one hands the goroutine back, about 20 µs
+// on the 2-vCPU development machine against 0.1 µs for a free goroutine
+// (TestNonBlockingWaitSpinsWithoutParking). A spin that never yields starves
+// NCCL's launch thread where CPUs are few: 1.5 ms per launch on the fakes'
+// 200 µs launches on 2 vCPUs, against 0.65 ms with the kernel's yields. On
+// 4 × H100 (-np 4, 8 bytes) the median launch went from 120.9 to 113.0 µs
+// (docs/performance.md). With
+// GOMAXPROCS=1 the spin holds the only P, so there it still yields to the Go
+// scheduler, handoff and all: the other goroutines run during the wait
+// (TestNonBlockingWaitSharesTheOnlyP).
 func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)) error {
 	delay := time.Duration(0)
 	var start time.Time
-	locked := false
+	locked, alone := false, false
 	defer func() {
 		if locked {
 			runtime.UnlockOSThread()
@@ -211,9 +219,14 @@ func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)
 			if !locked {
 				runtime.LockOSThread()
 				locked = true
+				alone = runtime.GOMAXPROCS(0) == 1
 			}
 			if i%16 == 15 {
-				runtime.Gosched()
+				if alone {
+					runtime.Gosched() // the only P: let the other goroutines run
+				} else {
+					unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+				}
 			}
 			continue
 		}
