@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/gonccl/nccl/abi"
@@ -176,21 +177,27 @@ const spinFor = 500 * time.Microsecond
 // TestNonBlockingLaunchStaysOnItsThread); kept on its thread, each Gosched
 // parks the thread until another one hands the goroutine back, about 20 µs
 // on the 2-vCPU development machine against 0.1 µs for a free goroutine
-// (TestNonBlockingWaitSpinsWithoutParking). A spin that never yields starves
+// (TestWaitSpinsWithoutParking). A spin that never yields starves
 // NCCL's launch thread where CPUs are few: 1.5 ms per launch on the fakes'
 // 200 µs launches on 2 vCPUs, against 0.65 ms with the kernel's yields. On
 // 4 × H100 (-np 4, 8 bytes) the median launch went from 120.9 to 113.0 µs
-// (docs/performance.md). With
-// GOMAXPROCS=1 the spin holds the only P, so there it still yields to the Go
-// scheduler, handoff and all: the other goroutines run during the wait
-// (TestNonBlockingWaitSharesTheOnlyP).
+// (docs/performance.md). Where the spinning waits hold every P (GOMAXPROCS=1,
+// or as many ranks waiting at once as Ps), a kernel yield lets no other
+// goroutine run, and the spinners' CPUs are the ones NCCL's launch threads
+// need: there the wait still yields to the Go scheduler, handoff and all
+// (TestWaitSharesBusyPs).
 func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)) error {
 	delay := time.Duration(0)
 	var start time.Time
-	locked, alone := false, false
+	locked, procs := false, int32(0)
+	unlock := func() {
+		spinning.Add(-1)
+		runtime.UnlockOSThread()
+		locked = false
+	}
 	defer func() {
 		if locked {
-			runtime.UnlockOSThread()
+			unlock()
 		}
 	}()
 	for i := 0; ; i++ {
@@ -219,11 +226,12 @@ func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)
 			if !locked {
 				runtime.LockOSThread()
 				locked = true
-				alone = runtime.GOMAXPROCS(0) == 1
+				spinning.Add(1)
+				procs = int32(runtime.GOMAXPROCS(0))
 			}
 			if i%16 == 15 {
-				if alone {
-					runtime.Gosched() // the only P: let the other goroutines run
+				if spinning.Load() >= procs {
+					runtime.Gosched() // every P spins: let the other goroutines run
 				} else {
 					unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 				}
@@ -231,8 +239,7 @@ func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)
 			continue
 		}
 		if locked { // a long wait sleeps without its own lock (a launch's stays: Comm.stream)
-			runtime.UnlockOSThread()
-			locked = false
+			unlock()
 		}
 		switch {
 		case delay == 0:
@@ -243,6 +250,9 @@ func (c *Comm) waitFor(ctx context.Context, op string, cond func() (bool, error)
 		time.Sleep(delay)
 	}
 }
+
+// spinning counts the waits of the process that spin now, each on a P.
+var spinning atomic.Int32
 
 // waitReady waits for a non-blocking communicator's state to leave
 // ncclInProgress (init, Split, Finalize, an operation's launch).
