@@ -3,8 +3,11 @@ package launch
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,20 +19,32 @@ import (
 // selfRankMain is a rank of TestSelfLaunch: GONCCL_LAUNCH_TEST_SELF says how
 // it behaves. "ok": every rank succeeds. "fail": rank 1 exits 3 at once, the
 // others wait as ranks do inside NCCL for a peer. "stubborn": as fail, and
-// the waiting ranks ignore SIGTERM.
+// the waiting ranks ignore SIGTERM; rank 1 fails only once they do (each
+// leaves a file in GONCCL_LAUNCH_TEST_DIR): a rank started late under the
+// emulator took the SIGTERM before it ignored it.
 func selfRankMain(mode string) int {
 	job, err := Detect()
 	if err != nil || job.Launcher != Self {
 		return 10
 	}
+	dir := os.Getenv("GONCCL_LAUNCH_TEST_DIR")
 	switch {
 	case mode == "ok":
 		return 0
 	case job.Rank == 1:
 		time.Sleep(100 * time.Millisecond)
+		for deadline := time.Now().Add(time.Minute); mode == "stubborn" && time.Now().Before(deadline); {
+			if m, _ := filepath.Glob(filepath.Join(dir, "ignoring-*")); len(m) == job.Size-1 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		return 3
 	case mode == "stubborn":
 		signal.Ignore(syscall.SIGTERM)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("ignoring-%d", job.Rank)), nil, 0o600); err != nil {
+			return 11
+		}
 	}
 	time.Sleep(time.Minute)
 	return 0
@@ -55,6 +70,7 @@ func TestSelfLaunch(t *testing.T) {
 	t.Cleanup(func() { StopGrace = oldGrace })
 	t.Setenv("NCCL_COMM_ID", "") // SelfLaunch sets both in this process: restored after the test
 	t.Setenv("GONCCL_RUN_ID", "")
+	t.Setenv("GONCCL_LAUNCH_TEST_DIR", t.TempDir())
 
 	t.Setenv("GONCCL_LAUNCH_TEST_SELF", "ok")
 	if err := SelfLaunch(3, []string{"-np", "3"}); err != nil {
