@@ -76,7 +76,7 @@ func TestWaitSpinsWithoutParking(t *testing.T) {
 // one, GOMAXPROCS=2 with two ranks waiting at once), they still yield to the
 // Go scheduler, so that another goroutine (the test's own) runs while they
 // spin. With the kernel's yields alone it ran only at the runtime's 10 ms
-// preemption: 1 or 2 turns in 100 waits.
+// preemption: 0 to 2 turns in 100 waits.
 func TestWaitSharesBusyPs(t *testing.T) {
 	for _, procs := range []int{1, 2} {
 		t.Run(map[int]string{1: "one P", 2: "two Ps"}[procs], func(t *testing.T) {

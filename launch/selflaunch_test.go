@@ -33,7 +33,7 @@ func selfRankMain(mode string) int {
 		return 0
 	case job.Rank == 1:
 		time.Sleep(100 * time.Millisecond)
-		for deadline := time.Now().Add(time.Minute); mode == "stubborn" && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(10 * time.Second); mode == "stubborn" && time.Now().Before(deadline); {
 			if m, _ := filepath.Glob(filepath.Join(dir, "ignoring-*")); len(m) == job.Size-1 {
 				break
 			}
