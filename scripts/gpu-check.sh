@@ -30,6 +30,7 @@ build)
   go test -tags gpu -ldflags='-s -w' -c -o .gpu/bin/nccl-gpu.test .
   go build -ldflags='-s -w' -o .gpu/bin/nccl-info ./cmd/nccl-info
   go build -ldflags='-s -w' -o .gpu/bin/nccl-bench ./cmd/nccl-bench
+  go build -ldflags='-s -w' -o .gpu/bin/nonblocking-go ./scripts/nonblocking-go
   mkdir -p .gpu/bin/examples
   go build -ldflags='-s -w' -o .gpu/bin/examples/ ./examples/...
   ls -la .gpu/bin

@@ -12,7 +12,8 @@
 # started by hand with torchrun's variables and an id file but no NCCL_COMM_ID
 # (rank 0's ncclGetUniqueId hosts it); nccl-bench -np 2 over int8 data, every
 # result checked on every rank (-c 1), on the default and VCCL variants (VCCL:
-# the native ncclAlltoAllv on symmetric windows across processes).
+# the native ncclAlltoAllv on symmetric windows across processes); scripts/nonblocking-go
+# -np 2 (the Go half of scripts/bench-nonblocking.sh).
 #
 #   scripts/test-examples-fake.sh      # every fake variant the examples support
 #
@@ -28,7 +29,8 @@ die() {
 
 go run ./cmd/nccl-fakes -o "$work/fakes" >/dev/null || die "building the fakes"
 mkdir -p "$work/bin"
-CGO_ENABLED=0 go build -o "$work/bin/" ./examples/... ./cmd/nccl-bench || die "building the examples and nccl-bench"
+CGO_ENABLED=0 go build -o "$work/bin/" ./examples/... ./cmd/nccl-bench ./scripts/nonblocking-go ||
+  die "building the examples, nccl-bench and scripts/nonblocking-go"
 export GONCCL_CUDART_LIB=$work/fakes/cudart FAKECUDA_DEVICES=${FAKECUDA_DEVICES:-4} NCCL_COMM_ID=
 E=$work/bin
 fails=0
@@ -145,5 +147,20 @@ bench vccl11 -np 2 -G 2 -R 2 -op alltoallv
 # On NCCL 2.14 -R stops with the library's typed error.
 refused old "ncclCommWindowRegister not supported by" $E/nccl-bench -R 2 -G 2
 refused old "ncclCommRegister not supported by" $E/nccl-bench -R 1
+# The Go half of scripts/bench-nonblocking.sh, as 2 processes: a time from each rank
+# for each size and communicator.
+lines() { # lines N PATTERN VARIANT CMD...: the command succeeds and prints N lines matching PATTERN
+  local want=$1 pat=$2 v=$3
+  shift 3
+  local out
+  if out=$(cd "$work" && GONCCL_NCCL_LIB=$work/fakes/$v timeout 60 "$@" 2>&1) && [ "$(echo "$out" | grep -c "$pat")" = "$want" ]; then
+    echo "ok    [$v] ${*#$E/}: $want lines"
+  else
+    echo "FAIL  [$v] ${*#$E/}: want $want lines matching $pat"
+    echo "$out" | sed 's/^/      /'
+    fails=$((fails + 1))
+  fi
+}
+lines 12 '^Go np 2 n [0-9]* [-a-z]*: rank [01] [0-9.]* us' default $E/nonblocking-go -np 2 -n 20
 [ $fails -eq 0 ] || die "$fails run(s)"
 echo "test-examples-fake: every example passed against the fakes"
