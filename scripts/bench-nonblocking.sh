@@ -12,6 +12,10 @@
 # offsets). NCCL runs each non-blocking group on a thread it starts (group.cc),
 # which all pay.
 #
+# NBTRACE=1 preloads scripts/nbtrace.c into both programs: each process then
+# prints how long NCCL's launch threads took to start, run and be joined
+# (lines "C nbtrace ..." and "Go nbtrace ...").
+#
 #   RUNS=2 NPS="4 2" scripts/bench-nonblocking.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
@@ -26,15 +30,31 @@ done
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 gcc -O2 -o /tmp/nonblocking-ref scripts/nonblocking-ref.c -I"$M/include" -I"$CUDA/include" -L"$M/lib" -lmpi \
   -L"$CUDA/lib64" -lcudart -lnccl || exit 1
+TRACE=
+if [ "${NBTRACE:-0}" = 1 ]; then
+  gcc -O2 -shared -fPIC -o /tmp/nbtrace.so scripts/nbtrace.c -ldl -lpthread || exit 1
+  TRACE=/tmp/nbtrace.so
+fi
 mp() {
   timeout 120 mpirun --allow-run-as-root -np "$1" --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
-    -x NCCL_COMM_ID=127.0.0.1:$((29500 + RANDOM % 400)) "${@:2}"
+    -x LD_PRELOAD=$TRACE -x NCCL_COMM_ID=127.0.0.1:$((29500 + RANDOM % 400)) "${@:2}"
 }
-c_ref() { mp "$1" /tmp/nonblocking-ref 2400 2>&1 | grep "^C np" | sed "s/$/, run $2/"; }
+traced() { # the nbtrace lines of a run's output, named for its program
+  grep "^nbtrace" | sed "s/^/$1 /; s/$/, run $2/"
+}
+c_ref() {
+  local out
+  out=$(mp "$1" /tmp/nonblocking-ref 2400 2>&1)
+  echo "$out" | grep "^C np" | sed "s/$/, run $2/"
+  echo "$out" | traced C "$2"
+}
 go_ref() { # the ranks' lines, averaged as the C program does
-  mp "$1" .gpu/bin/nonblocking-go -n 2400 2>&1 | grep "^Go np" |
+  local out
+  out=$(mp "$1" .gpu/bin/nonblocking-go -n 2400 2>&1)
+  echo "$out" | grep "^Go np" |
     awk -v run="$2" '{ k = $1 " " $2 " " $3 " " $4 " " $5 " " $6; s[k] += $9; n[k]++ }
       END { for (k in s) printf "%s %.1f us per all-reduce launched plainly (mean of %d ranks), run %s\n", k, s[k] / n[k], n[k], run }' | sort -k5,5n -k6,6r
+  echo "$out" | traced Go "$2"
 }
 for np in $NPS; do
   for rep in $(seq "$RUNS"); do

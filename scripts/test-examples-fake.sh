@@ -13,7 +13,7 @@
 # (rank 0's ncclGetUniqueId hosts it); nccl-bench -np 2 over int8 data, every
 # result checked on every rank (-c 1), on the default and VCCL variants (VCCL:
 # the native ncclAlltoAllv on symmetric windows across processes); scripts/nonblocking-go
-# -np 2 (the Go half of scripts/bench-nonblocking.sh).
+# -np 2 (the Go half of scripts/bench-nonblocking.sh), also with scripts/nbtrace.c preloaded.
 #
 #   scripts/test-examples-fake.sh      # every fake variant the examples support
 #
@@ -162,5 +162,20 @@ lines() { # lines N PATTERN VARIANT CMD...: the command succeeds and prints N li
   fi
 }
 lines 12 '^Go np 2 n [0-9]* [-a-z]*: rank [01] [0-9.]* us' default $E/nonblocking-go -np 2 -n 20
+# scripts/nbtrace.c (bench-nonblocking.sh's NBTRACE=1), preloaded into the same job, times the
+# threads the fake NCCL starts for its non-blocking launches, joined as NCCL's are by the poll
+# that completes them: at least 123 per rank (3 sizes of 20 + 1 + 20 launches; rank 0's
+# rendezvous threads come on top), a line per 100, so each rank prints at least one.
+${CC:-cc} -O2 -shared -fPIC -o "$work/nbtrace.so" scripts/nbtrace.c -ldl -lpthread || die "building scripts/nbtrace.c"
+if out=$(cd "$work" && GONCCL_NCCL_LIB=$work/fakes/default LD_PRELOAD="$work/nbtrace.so" NBTRACE_BATCH=100 \
+  timeout 60 $E/nonblocking-go -np 2 -n 20 2>&1) &&
+  [ "$(echo "$out" | grep '^nbtrace pid [0-9]*: 100 threads of libnccl joined (of [0-9]* started);.* cycle [0-9.]* ' |
+    awk '{ print $3 }' | sort -u | wc -l)" = 2 ]; then
+  echo "ok    [default] nbtrace.so nonblocking-go -np 2 -n 20: each rank's launch threads timed"
+else
+  echo "FAIL  [default] nbtrace.so nonblocking-go -np 2 -n 20: want a line from each of 2 ranks"
+  echo "$out" | sed 's/^/      /'
+  fails=$((fails + 1))
+fi
 [ $fails -eq 0 ] || die "$fails run(s)"
 echo "test-examples-fake: every example passed against the fakes"

@@ -440,6 +440,8 @@ typedef struct gjob {
     int refs;       /* members linked to it */
     int completing; /* threads inside its completion */
     long launcher;  /* the thread whose ncclGroupEnd (or operation) started a launch job; 0 for other jobs */
+    pthread_t th;   /* a launch job's thread (has_th), joined by the first completion as NCCL's is */
+    int has_th, joined;
 } gjob;
 
 /* polls_elsewhere counts the polls (ncclCommGetAsyncError) of a launch job
@@ -473,12 +475,26 @@ static gjob* job_start(comm** cs, int n) {
 }
 static void job_start1(comm* c) { job_start(&c, 1); }
 
+/* job_thread gives a launch job its thread (g held, so that the thread cannot
+ * finish, nor a poll complete the job, before the job knows it). */
+static void job_thread(gjob* j, pthread_t th) {
+    j->th = th;
+    j->has_th = 1;
+}
+
+/* job_free frees a job no member links any more (g held); a thread no
+ * completion joined is detached. */
+static void job_free(gjob* j) {
+    if (j->has_th && !j->joined) pthread_detach(j->th);
+    free(j);
+}
+
 /* job_unlink drops c's link (g held): ncclGroupJobAbort's part in an abort. */
 static void job_unlink(comm* c) {
     gjob* j = c->job;
     if (!j) return;
     c->job = NULL;
-    if (--j->refs == 0 && !j->completing) free(j);
+    if (--j->refs == 0 && !j->completing) job_free(j);
 }
 
 /* job_complete is what ncclCommGetAsyncError does once it reads ncclSuccess
@@ -491,7 +507,11 @@ static void job_complete(comm* c) {
         return;
     }
     int twice = ++j->completing > 1;
+    int join = j->has_th && !j->joined;
+    pthread_t th = j->th;
+    if (join) j->joined = 1;
     pthread_mutex_unlock(&g);
+    if (join) pthread_join(th, NULL); /* ncclGroupJobComplete joins the job's thread (ncclAsyncJobComplete) */
     if (twice)
         die("terminate called without an active exception (two threads completed one non-blocking group job): "
             "ncclCommGetAsyncError (or a call running ncclCommEnsureReady) on rank %d (communicator %p) while another "
@@ -505,7 +525,7 @@ static void job_complete(comm* c) {
         c->job = NULL;
         j->refs--;
     }
-    if (!j->refs && !j->completing) free(j);
+    if (!j->refs && !j->completing) job_free(j);
     pthread_mutex_unlock(&g);
 }
 

@@ -419,10 +419,13 @@ static ncclResult_t launch_nonblocking(task* list, comm** members, int n, comm**
     memcpy(b->members + n, inits, (size_t)ninits * sizeof *inits); /* linked too, as NCCL's async jobs' comms */
     gjob* j = job_start(b->members, n + ninits);
     if (j && n > 0) j->launcher = (long)syscall(SYS_gettid); /* a launch job (see polls_elsewhere) */
-    pthread_mutex_unlock(&g);
     pthread_t th;
-    pthread_create(&th, NULL, launch_later, b);
-    pthread_detach(th);
+    pthread_create(&th, NULL, launch_later, b); /* it waits for g before it sets any result */
+    if (j)
+        job_thread(j, th); /* joined by the poll that completes the job, as NCCL's group job thread */
+    else
+        pthread_detach(th);
+    pthread_mutex_unlock(&g);
     return ncclInProgress;
 }
 
