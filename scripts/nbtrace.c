@@ -137,7 +137,7 @@ static void summarize(void) {
   if (n > MAXREC) n = MAXREC;
   double* v[6];
   for (int k = 0; k < 6; k++) v[k] = malloc(sizeof(double) * (n + 1));
-  int m = 0, last = reported;
+  int m = 0;
   for (int i = reported; i < n; i++) {
     struct rec* r = &recs[i];
     if (atomic_load(&r->state) != 2) continue;
@@ -149,9 +149,10 @@ static void summarize(void) {
     v[5][m] = r->joinret - r->call;
     atomic_store(&r->state, 3); // reported
     m++;
-    last = i + 1;
   }
-  reported = last;
+  // The next line starts at the first thread not reported yet: one still
+  // running (another communicator's) is reported once joined.
+  while (reported < n && atomic_load(&recs[reported].state) == 3) reported++;
   fprintf(stderr, "nbtrace pid %d: %d threads of %s joined (of %d started); µs, median (p10-p90):", (int)getpid(), m,
           want ? want : "libnccl", n);
   if (m > 0) {
