@@ -12,6 +12,15 @@
 # offsets). NCCL runs each non-blocking group on a thread it starts (group.cc),
 # which all pay.
 #
+# NCCL_LIB=PATH runs both programs and nccl-bench on another libnccl.so.2 (a
+# wheel's, a build of VCCL or of an NCCL release): the C program through
+# LD_LIBRARY_PATH, gonccl through GONCCL_NCCL_LIB.
+#
+# GO_ALT=PATH adds another program to the rounds, named GO_ALT_LABEL (default
+# Go-alt) in its lines: another build of scripts/nonblocking-go (a change's
+# before and after, beside C, in one run), or a script that runs it another
+# way (exec with another environment).
+#
 # NBTRACE=1 preloads scripts/nbtrace.c into both programs: each process then
 # prints how long NCCL's launch threads took to start, run and be joined
 # (lines "C nbtrace ..." and "Go nbtrace ...").
@@ -35,9 +44,13 @@ if [ "${NBTRACE:-0}" = 1 ]; then
   gcc -O2 -shared -fPIC -o /tmp/nbtrace.so scripts/nbtrace.c -ldl -lpthread || exit 1
   TRACE=/tmp/nbtrace.so
 fi
+if [ -n "${NCCL_LIB:-}" ]; then # another libnccl.so.2: C finds it first, Go is told
+  [ -f "$NCCL_LIB" ] || { echo "NCCL_LIB=$NCCL_LIB: no such file" >&2; exit 1; }
+  export LD_LIBRARY_PATH=$(dirname "$NCCL_LIB")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} GONCCL_NCCL_LIB=$NCCL_LIB
+fi
 mp() {
   timeout 120 mpirun --allow-run-as-root -np "$1" --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
-    -x LD_PRELOAD=$TRACE -x NCCL_COMM_ID=127.0.0.1:$((29500 + RANDOM % 400)) "${@:2}"
+    ${GONCCL_NCCL_LIB:+-x GONCCL_NCCL_LIB} -x LD_PRELOAD=$TRACE -x NCCL_COMM_ID=127.0.0.1:$((29500 + RANDOM % 400)) "${@:2}"
 }
 traced() { # the nbtrace lines of a run's output, named for its program
   grep "^nbtrace" | sed "s/^/$1 /; s/$/, run $2/"
@@ -45,27 +58,35 @@ traced() { # the nbtrace lines of a run's output, named for its program
 c_ref() {
   local out
   out=$(mp "$1" /tmp/nonblocking-ref 2400 2>&1)
+  echo "$out" | grep "^C nccl version" | sed "s/$/, run $2/"
   echo "$out" | grep "^C np" | sed "s/$/, run $2/"
   echo "$out" | traced C "$2"
 }
-go_ref() { # the ranks' lines, averaged as the C program does
+go_prog() { # LABEL BIN NP RUN: the ranks' lines, averaged as the C program does
   local out
-  out=$(mp "$1" .gpu/bin/nonblocking-go -n 2400 2>&1)
-  echo "$out" | grep "^Go np" |
-    awk -v run="$2" '{ k = $1 " " $2 " " $3 " " $4 " " $5 " " $6; s[k] += $9; n[k]++ }
+  out=$(mp "$3" "$2" -n 2400 2>&1)
+  echo "$out" | grep "^Go nccl version" | sed "s/^Go /$1 /; s/$/, run $4/"
+  echo "$out" | grep "^Go np" | sed "s/^Go /$1 /" |
+    awk -v run="$4" '{ k = $1 " " $2 " " $3 " " $4 " " $5 " " $6; s[k] += $9; n[k]++ }
       END { for (k in s) printf "%s %.1f us per all-reduce launched plainly (mean of %d ranks), run %s\n", k, s[k] / n[k], n[k], run }' | sort -k5,5n -k6,6r
-  echo "$out" | traced Go "$2"
+  echo "$out" | traced "$1" "$4"
 }
+go_ref() { go_prog Go .gpu/bin/nonblocking-go "$@"; }
+go_alt() { go_prog "${GO_ALT_LABEL:-Go-alt}" "$GO_ALT" "$@"; }
+progs=(c_ref go_ref)
+[ -n "${GO_ALT:-}" ] && progs+=(go_alt)
 for np in $NPS; do
-  for rep in $(seq "$RUNS"); do
-    if [ $((rep % 2)) = 1 ]; then c_ref "$np" "$rep"; go_ref "$np" "$rep"; else go_ref "$np" "$rep"; c_ref "$np" "$rep"; fi
+  for rep in $(seq "$RUNS"); do # each round starts with the next program
+    for j in $(seq 0 $((${#progs[@]} - 1))); do
+      "${progs[$(((j + rep - 1) % ${#progs[@]}))]}" "$np" "$rep"
+    done
   done
 done
 for np in $NPS; do
   for size in 8 65536 8388608; do
     for blk in 1 0; do
       t=$(timeout 120 mpirun --allow-run-as-root -np "$np" --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
-        -x NCCL_COMM_BLOCKING=$blk -x NCCL_COMM_ID=127.0.0.1:$((29500 + RANDOM % 400)) .gpu/bin/nccl-bench -op all_reduce \
+        ${GONCCL_NCCL_LIB:+-x GONCCL_NCCL_LIB} -x NCCL_COMM_BLOCKING=$blk -x NCCL_COMM_ID=127.0.0.1:$((29500 + RANDOM % 400)) .gpu/bin/nccl-bench -op all_reduce \
         -b "$size" -e "$size" -n 2400 -w 20 -c 0 2>&1 | awk '$1 ~ /^[0-9]+$/ && NF >= 8 { print $6; exit }')
       echo "nccl-bench np $np $size B NCCL_COMM_BLOCKING=$blk: ${t:-X} us per all-reduce (mean of ranks, out of place)"
     done

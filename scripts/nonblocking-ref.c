@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   int rank, n; MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &n);
   int iters = argc > 1 ? atoi(argv[1]) : 2400;
   CK(cudaSetDevice(rank));
+  int version; CK(ncclGetVersion(&version));
+  if (rank == 0) printf("C nccl version %d\n", version);
   cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   size_t counts[] = {2, 16384, 2097152};
   float *in, *out; CK(cudaMalloc((void**)&in, 2097152 * 4)); CK(cudaMalloc((void**)&out, 2097152 * 4));

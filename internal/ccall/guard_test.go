@@ -5,8 +5,11 @@ import (
 	"testing"
 )
 
-// onFreshThread runs fn on a new OS thread: the goroutine stays locked when
-// it ends, so the runtime retires its thread instead of reusing it.
+// onFreshThread runs fn locked to an OS thread that no later test reuses: the
+// goroutine stays locked when it ends, so the runtime retires its thread. The
+// thread itself may be one an earlier test ran on (a new goroutine starts on
+// any idle thread): a test that needs a thread without a device calls
+// dev_clear first.
 func onFreshThread(fn func()) {
 	done := make(chan struct{})
 	go func() {
@@ -21,8 +24,9 @@ func TestCallOn(t *testing.T) {
 	h := lib(t)
 	g := &Guard{Get: sym(t, h, "dev_get"), Set: sym(t, h, "dev_set")}
 	here, sets, set := sym(t, h, "dev_here"), sym(t, h, "dev_sets"), sym(t, h, "dev_set")
-	failGet, weigh := sym(t, h, "dev_fail_get"), sym(t, h, "weigh24")
+	failGet, weigh, noDev := sym(t, h, "dev_fail_get"), sym(t, h, "weigh24"), sym(t, h, "dev_clear")
 	onFreshThread(func() {
+		Call(noDev) // a new goroutine's thread may have run an earlier test's calls
 		before := Call(sets)
 		// A thread without a device gets dev before fn runs, once.
 		if r, ge := CallOn(g, 3, here); r != 3 || ge != 0 {
@@ -51,6 +55,7 @@ func TestCallOn(t *testing.T) {
 	})
 	onFreshThread(func() {
 		// A refused device: the guard's error, fn not called.
+		Call(noDev)
 		if r, ge := CallOn(g, 99, set, 7); ge != 101 || r != 0 {
 			t.Errorf("CallOn(99): guard %d, fn result %d; want guard 101 and fn not called", ge, r)
 		}

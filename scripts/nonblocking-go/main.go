@@ -48,6 +48,9 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	if job.Rank == 0 {
+		fmt.Printf("Go nccl version %d %s\n", lib.Version().Code(), lib.Path)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := run(ctx, lib, job, lf, *iters); err != nil {

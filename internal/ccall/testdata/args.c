@@ -56,7 +56,8 @@ int take_log(uint64_t* out) {
 /* A CUDA runtime's current device, per thread, for CallOn: dev_get is
  * cudaGetDevice (0 on a thread that never chose one), dev_set cudaSetDevice
  * (refuses 99 with 101 and counts its calls), dev_fail_get makes dev_get fail
- * with the given code, dev_here is a call that returns the thread's device. */
+ * with the given code, dev_here is a call that returns the thread's device,
+ * dev_clear takes the thread back to no device. */
 static __thread int cur_dev;
 static int get_fails, sets;
 int dev_get(int* d) {
@@ -73,3 +74,5 @@ int dev_set(int d) {
 void dev_fail_get(int code) { get_fails = code; }
 int dev_sets(void) { return __atomic_load_n(&sets, __ATOMIC_SEQ_CST); }
 int dev_here(void) { return cur_dev; }
+void dev_clear(void) { cur_dev = 0; }
+
