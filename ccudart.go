@@ -256,6 +256,12 @@ func (cu *CUDA) cudaGraphDestroy(graph uintptr) error {
 	return cu.call(cuGraphDestroy, graph)
 }
 
+// cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char* path,
+// unsigned int flags); path NUL-terminated.
+func (cu *CUDA) cudaGraphDebugDotPrint(graph uintptr, path *byte, flags uint32) error {
+	return cu.callPtr(cuGraphDebugDotPrint, graph, uintptr(unsafe.Pointer(path)), uintptr(flags))
+}
+
 // const char* cudaGetErrorName(cudaError_t error);
 func (cu *CUDA) cudaGetErrorName(e abi.CudaError) uintptr {
 	return ccall.Call(cu.fn[cuGetErrorName], uintptr(e))

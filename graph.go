@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -461,6 +462,37 @@ func (g *Graph) Launch(s Stream) (err error) {
 		return g.cu.OnDevice(g.dev, func() error { return g.cu.cudaGraphLaunch(exec, 0) })
 	}
 	return g.cu.cudaGraphLaunch(exec, s.h)
+}
+
+// WriteDot writes the graph as captured to path, in Graphviz's DOT format
+// (cudaGraphDebugDotPrint, CUDA >= 11.3): its nodes (kernels, copies, event
+// records, host calls) and their dependencies; verbose adds each node's
+// parameters (a kernel's function, grid, block and arguments). It shows
+// what a capture recorded: two programs whose graphs of the same operations
+// run at different speeds can be compared node by node. A runtime without
+// the function gives an *UnsupportedError.
+func (g *Graph) WriteDot(path string, verbose bool) error {
+	const op = "cudaGraphDebugDotPrint"
+	if !g.made() {
+		return zeroGraph(op)
+	}
+	if !g.cu.has(cuGraphDebugDotPrint) {
+		return g.cu.unsupported(cuGraphDebugDotPrint)
+	}
+	if path == "" || strings.IndexByte(path, 0) >= 0 {
+		return argError(op, "path %q: want a file name without NUL bytes", path)
+	}
+	if g.life.Add(1)&graphDestroyed != 0 { // as a Launch: Destroy waits
+		g.leave()
+		return g.closedError(op)
+	}
+	defer g.leave()
+	flags := uint32(0)
+	if verbose {
+		flags = 1 // cudaGraphDebugDotFlagsVerbose
+	}
+	c := append([]byte(path), 0)
+	return g.cu.cudaGraphDebugDotPrint(g.graph, &c[0], flags)
 }
 
 // Destroy destroys the executable graph and the graph (launches already

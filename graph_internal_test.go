@@ -51,6 +51,35 @@ func TestGraphsUnsupported(t *testing.T) {
 	}
 }
 
+// TestWriteDotUnsupported: a runtime without cudaGraphDebugDotPrint (older
+// than CUDA 11.3) gives an *UnsupportedError naming it.
+func TestWriteDotUnsupported(t *testing.T) {
+	cu, err := OpenCUDA(WithCUDARuntime(FakeCUDART(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cu.NewStream(0, StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	e, err := cu.NewEvent(0, EventDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Destroy()
+	g, err := cu.Capture(s, func() error { return e.Record(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Destroy()
+	cu.fn[cuGraphDebugDotPrint] = 0
+	var ue *UnsupportedError
+	if err := g.WriteDot(t.TempDir()+"/g.dot", false); !errors.As(err, &ue) || ue.Name != "cudaGraphDebugDotPrint" || ue.Requires != "CUDA >= 11.3" {
+		t.Fatalf("WriteDot without cudaGraphDebugDotPrint: %v", err)
+	}
+}
+
 // TestForeignCaptureHint: a capture gonccl did not begin (another library's,
 // begun here by a direct cudaStreamBeginCapture) gets no relaxed thread, so
 // the ranks' first operations, which connect inside NCCL on the capturing

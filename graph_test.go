@@ -3,6 +3,10 @@ package nccl_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -122,6 +126,69 @@ func TestCaptureReplay(t *testing.T) {
 	}
 	if got := liveGraphs(t, cu); got != before {
 		t.Errorf("live graphs %d after Destroy, want %d", got, before)
+	}
+}
+
+// TestGraphWriteDot: WriteDot writes the captured nodes in order, with their
+// parameters when verbose; a path CUDA cannot write is its error, a path
+// with a NUL byte or none an invalid argument, and a destroyed or zero graph
+// ErrClosed.
+func TestGraphWriteDot(t *testing.T) {
+	cu, s, a, b := graphSetup(t, nccl.StreamNonBlocking)
+	e, err := cu.NewEvent(0, nccl.EventDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Destroy()
+	g, err := cu.Capture(s, func() error {
+		if err := b.MemsetAsync(7, s); err != nil {
+			return err
+		}
+		if err := cu.MemcpyAsync(uintptr(b.Ptr()), uintptr(a.Ptr()), 128, s); err != nil {
+			return err
+		}
+		return e.Record(s)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, verbose := range []bool{false, true} {
+		path := filepath.Join(dir, fmt.Sprintf("graph-%v.dot", verbose))
+		if err := g.WriteDot(path, verbose); err != nil {
+			t.Fatal(err)
+		}
+		text, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dot := string(text)
+		for _, want := range []string{"digraph", "0: MEMSET", "1: MEMCPY", "2: EVENT_RECORD", `"node0" -> "node1"`, `"node1" -> "node2"`} {
+			if !strings.Contains(dot, want) {
+				t.Errorf("verbose %v: no %q in\n%s", verbose, want, dot)
+			}
+		}
+		if got := strings.Contains(dot, "128 bytes"); got != verbose {
+			t.Errorf("verbose %v: the copy's size in the text: %v\n%s", verbose, got, dot)
+		}
+	}
+	var ce *nccl.CUDAError
+	if err := g.WriteDot(filepath.Join(dir, "no-such-dir", "g.dot"), false); !errors.As(err, &ce) || ce.Code != 304 {
+		t.Errorf("WriteDot into a missing folder: %v, want CUDA's cudaErrorOperatingSystem", err)
+	}
+	for _, bad := range []string{"", "a\x00b"} {
+		if err := g.WriteDot(bad, false); !errors.Is(err, nccl.ErrInvalidArgument) {
+			t.Errorf("WriteDot(%q): %v, want ErrInvalidArgument", bad, err)
+		}
+	}
+	if err := g.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.WriteDot(filepath.Join(dir, "late.dot"), false); !errors.Is(err, nccl.ErrClosed) {
+		t.Errorf("WriteDot after Destroy: %v, want ErrClosed", err)
+	}
+	if err := (&nccl.Graph{}).WriteDot(filepath.Join(dir, "zero.dot"), false); !errors.Is(err, nccl.ErrClosed) {
+		t.Errorf("WriteDot of the zero Graph: %v, want ErrClosed", err)
 	}
 }
 

@@ -228,6 +228,7 @@ const (
 	cuGraphExecDestroy
 	cuGraphDestroy
 	cuThreadExchangeStreamCaptureMode
+	cuGraphDebugDotPrint
 	numCUDASymbols
 )
 
@@ -286,6 +287,8 @@ var cudaSymbols = [numCUDASymbols]symbol{
 	// Relaxes the capturing thread while NCCL connects inside a captured
 	// operation (see CUDA.callRelaxed).
 	cuThreadExchangeStreamCaptureMode: {name: "cudaThreadExchangeStreamCaptureMode", since: abi.V(10, 1, 0)},
+	// Graph.WriteDot.
+	cuGraphDebugDotPrint: {name: "cudaGraphDebugDotPrint", since: abi.V(11, 3, 0)},
 }
 
 func init() {

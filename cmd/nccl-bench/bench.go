@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/gonccl/nccl"
+	"golang.org/x/sys/unix"
 )
 
 // settings are what the flags choose for a bench.
@@ -15,11 +16,12 @@ type settings struct {
 	dt       nccl.DataType // -d, chosen at run time: buffers carry it
 	red      nccl.RedOp
 	root     int
-	grouped  bool // -grouped: c.SetPath(nccl.Grouped)
-	maxBytes int  // -e: every send and receive buffer holds this much
-	perIter  bool // -I: CUDA events around every iteration
-	graphs   int  // -G: launches of a CUDA graph holding the timed iterations (0: none)
-	register int  // -R: 0 none, 1 ncclCommRegister, 2 symmetric windows
+	grouped  bool   // -grouped: c.SetPath(nccl.Grouped)
+	maxBytes int    // -e: every send and receive buffer holds this much
+	perIter  bool   // -I: CUDA events around every iteration
+	graphs   int    // -G: launches of a CUDA graph holding the timed iterations (0: none)
+	register int    // -R: 0 none, 1 ncclCommRegister, 2 symmetric windows
+	graphDot string // -graph-dot: a folder for each captured graph's DOT text ("": none)
 }
 
 // The -R modes, nccl-tests' local_register.
@@ -56,6 +58,8 @@ type bench struct {
 	symmetric bool   // buffers in symmetric windows: -R 2, or a native call that wants them
 	alloc     string // what allocated the send and receive buffers
 
+	synced []bool // sync's per-stream state, one per rank
+
 	layouts map[int]nccl.Layout // the operation's layouts by count, kept for the run
 	layout  nccl.Layout         // the one of the count being run
 }
@@ -71,7 +75,7 @@ type bench struct {
 // ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC, Comm.AllocSymmetric);
 // with -R 1 both are then registered whole with ncclCommRegister.
 func newBench(lib *nccl.Library, comms []*nccl.Comm, s settings) (*bench, error) {
-	b := &bench{settings: s, lib: lib, n: comms[0].Size(), cap: s.maxBytes / s.dt.Size(), ranks: make([]rank, len(comms))}
+	b := &bench{settings: s, lib: lib, n: comms[0].Size(), cap: s.maxBytes / s.dt.Size(), ranks: make([]rank, len(comms)), synced: make([]bool, len(comms))}
 	if s.graphs > 0 {
 		b.perIter = false // nccl-tests: -I is incompatible with -G
 	}
@@ -300,17 +304,32 @@ func (b *bench) warmUp(lo, hi, warm int) {
 }
 
 // sync waits for every local stream by polling, as nccl-tests'
-// testStreamSynchronize: cudaStreamQuery in a loop, and the communicator's
-// asynchronous error while a stream is busy.
+// testStreamSynchronize does: rounds over the streams not yet done, each
+// polled with cudaStreamQuery and, while busy, its communicator's
+// asynchronous error; after a round in which none finished, the thread yields
+// its CPU (sched_yield). It allocates nothing.
 func (b *bench) sync() {
-	for _, r := range b.ranks {
-		for {
-			done, err := r.stream.Query()
+	done := b.synced[:len(b.ranks)]
+	clear(done)
+	for remaining := len(b.ranks); remaining > 0; {
+		idle := true
+		for i := range b.ranks {
+			if done[i] {
+				continue
+			}
+			r := &b.ranks[i]
+			ok, err := r.stream.Query()
 			must(err)
-			if done {
-				break
+			if ok {
+				done[i] = true
+				remaining--
+				idle = false
+				continue
 			}
 			must(r.comm.AsyncError())
+		}
+		if idle {
+			unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		}
 	}
 }

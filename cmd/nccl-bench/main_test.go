@@ -333,6 +333,78 @@ func TestGraphCheckRunsTheGraph(t *testing.T) {
 	}
 }
 
+// TestGraphDot: with -graph-dot, a size's run writes each local GPU's graph
+// as captured, one file per rank and placement, with its nodes' parameters.
+func TestGraphDot(t *testing.T) {
+	lib := openFake(t, "default")
+	comms, err := lib.InitAll(context.Background(), []int{0, 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeComms(comms)
+	op, _ := lookup("all_reduce")
+	dir := t.TempDir()
+	b, err := newBench(lib, comms, settings{op: op, dt: nccl.Float32, red: nccl.Sum, maxBytes: 4096, graphs: 2, graphDot: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	for _, inPlace := range []bool{false, true} {
+		if r := b.run(256, inPlace, 3, false); r.us <= 0 {
+			t.Fatalf("in place %v: %v µs", inPlace, r.us)
+		}
+	}
+	for _, place := range []string{"out-of-place", "in-place"} {
+		for rank := range 2 {
+			name := filepath.Join(dir, fmt.Sprintf("all_reduce-count256-%s-rank%d.dot", place, rank))
+			text, err := os.ReadFile(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// three captured iterations, each one of the fake NCCL's launches
+			if n := strings.Count(string(text), "KERNEL"); n != 3 {
+				t.Errorf("%s: %d kernel nodes, want 3:\n%s", name, n, text)
+			}
+			if !strings.Contains(string(text), "fakenccl launch") {
+				t.Errorf("%s: no node parameters:\n%s", name, text)
+			}
+		}
+	}
+}
+
+// TestSyncRounds: sync returns once every local stream is done, whichever
+// finishes first, and allocates nothing.
+func TestSyncRounds(t *testing.T) {
+	lib := openFake(t, "default")
+	comms, err := lib.InitAll(context.Background(), []int{0, 1, 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeComms(comms)
+	op, _ := lookup("all_reduce")
+	b, err := newBench(lib, comms, settings{op: op, dt: nccl.Float32, red: nccl.Sum, maxBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	// Only the last stream has work: the rounds skip the done ones.
+	if err := b.ranks[2].recv.MemsetAsync(1, b.ranks[2].stream); err != nil {
+		t.Fatal(err)
+	}
+	b.sync()
+	for i, r := range b.ranks {
+		if ok, err := r.stream.Query(); !ok || err != nil {
+			t.Errorf("stream %d after sync: done %v, %v", i, ok, err)
+		}
+	}
+	if n := testing.AllocsPerRun(20, func() {
+		must(b.launch(256, false, 0))
+		b.sync()
+	}); n != 0 {
+		t.Errorf("a launch and sync allocate %v times", n)
+	}
+}
+
 // TestTableColumns: a row keeps nccl-tests' columns whatever ran, so that
 // scripts find the times, busbw and wrong counts at fixed fields (size $1,
 // out-of-place time $6 and busbw $8, wrong counts $9 and $13).

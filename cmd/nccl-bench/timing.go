@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"math"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -92,6 +93,9 @@ func (b *bench) runGraphs(count int, inPlace bool, iters int, check bool) result
 		}
 		return nil
 	}))
+	if b.graphDot != "" {
+		must(b.writeDots(count, inPlace))
+	}
 	b.barrier()
 	t0 := time.Now()
 	must(b.launchGraphs(b.graphs))
@@ -144,6 +148,23 @@ func (b *bench) capture(fn func() error) error {
 	}
 	if err != nil {
 		return errors.Join(fmt.Errorf("capturing %s into a CUDA graph (-G): %w", b.op.name, err), b.destroyGraphs())
+	}
+	return nil
+}
+
+// writeDots writes every local rank's graph into the -graph-dot folder, one
+// file per size, placement and GPU, with each node's parameters.
+func (b *bench) writeDots(count int, inPlace bool) error {
+	place := "out-of-place"
+	if inPlace {
+		place = "in-place"
+	}
+	for i := range b.ranks {
+		r := &b.ranks[i]
+		name := fmt.Sprintf("%s-count%d-%s-rank%d.dot", b.op.name, count, place, r.comm.Rank())
+		if err := r.graph.WriteDot(filepath.Join(b.graphDot, name), true); err != nil {
+			return err
+		}
 	}
 	return nil
 }

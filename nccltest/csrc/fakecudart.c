@@ -47,7 +47,7 @@
 
 enum {
     cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
-    cudaErrorNoDevice = 100, cudaErrorInvalidDevice = 101,
+    cudaErrorNoDevice = 100, cudaErrorInvalidDevice = 101, cudaErrorOperatingSystem = 304,
     cudaErrorInvalidResourceHandle = 400, cudaErrorIllegalState = 401, cudaErrorNotReady = 600,
     cudaErrorPeerAccessAlreadyEnabled = 704, cudaErrorPeerAccessNotEnabled = 705,
     cudaErrorHostMemoryAlreadyRegistered = 712, cudaErrorHostMemoryNotRegistered = 713,
@@ -1406,6 +1406,45 @@ static int destroy_graph(graph** list, void* h) {
     return fail(cudaErrorInvalidResourceHandle);
 }
 
+/* cudaGraphDebugDotPrint writes a graph's nodes in capture order, each
+ * depending on the one before, as DOT: a kernel node for each of the fake
+ * NCCL's launches, a memset or memcpy node for each copy, an event record
+ * node for each record; flags bit 0 (cudaGraphDebugDotFlagsVerbose) adds
+ * their parameters. A path that cannot be written is cudaErrorOperatingSystem,
+ * as CUDA answers. */
+API int cudaGraphDebugDotPrint(void* gh, const char* path, unsigned flags) {
+    thread_context();
+    if (!path) return fail(cudaErrorInvalidValue);
+    pthread_mutex_lock(&g);
+    graph* x = find_graph(graphs, gh);
+    if (!x) {
+        pthread_mutex_unlock(&g);
+        return fail(cudaErrorInvalidResourceHandle);
+    }
+    FILE* f = fopen(path, "w");
+    if (!f) {
+        pthread_mutex_unlock(&g);
+        return fail(cudaErrorOperatingSystem);
+    }
+    fprintf(f, "digraph dot {\n");
+    int i = 0;
+    for (node* n = x->nodes; n; n = n->next, i++) {
+        const char* kind = n->kind == nodeHost ? "KERNEL" : n->kind == nodeRecord ? "EVENT_RECORD" : n->src ? "MEMCPY" : "MEMSET";
+        fprintf(f, "\"node%d\" [label=\"%d: %s", i, i, kind);
+        if (flags & 1) {
+            if (n->kind == nodeHost) fprintf(f, "\\nfakenccl launch %p", n->h->arg);
+            else if (n->kind == nodeRecord) fprintf(f, "\\nevent %p", (void*)n->e);
+            else if (n->src) fprintf(f, "\\n%zu bytes %p -> %p", n->n, n->src, n->dst);
+            else fprintf(f, "\\n%zu bytes of %d at %p", n->n, n->value, n->dst);
+        }
+        fprintf(f, "\"];\n");
+        if (i > 0) fprintf(f, "\"node%d\" -> \"node%d\";\n", i - 1, i);
+    }
+    fprintf(f, "}\n");
+    pthread_mutex_unlock(&g);
+    return fclose(f) == 0 ? cudaSuccess : fail(cudaErrorOperatingSystem);
+}
+
 API int cudaGraphExecDestroy(void* h) { return destroy_graph(&execs, h); }
 API int cudaGraphDestroy(void* h) { return destroy_graph(&graphs, h); }
 
@@ -1442,6 +1481,7 @@ API const char* cudaGetErrorName(int e) {
     case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
     case cudaErrorCapturedEvent: return "cudaErrorCapturedEvent";
     case cudaErrorStreamCaptureWrongThread: return "cudaErrorStreamCaptureWrongThread";
+    case cudaErrorOperatingSystem: return "cudaErrorOperatingSystem";
     }
     return "cudaErrorUnknown";
 }
@@ -1466,6 +1506,7 @@ API const char* cudaGetErrorString(int e) {
     case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
     case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
+    case cudaErrorOperatingSystem: return "OS call failed or operation not supported on this OS";
     }
     return "unknown error";
 }
