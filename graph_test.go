@@ -39,6 +39,18 @@ func graphSetup(t *testing.T, flags nccl.StreamFlags) (*nccl.CUDA, nccl.Stream, 
 	return cu, s, a, b
 }
 
+// memsetCopyRecord enqueues on s a memset of b to 7, a copy of a's first 128
+// bytes over b's, and a record of e: the work the capture tests capture.
+func memsetCopyRecord(cu *nccl.CUDA, s nccl.Stream, a, b nccl.Buffer, e nccl.Event) error {
+	if err := b.MemsetAsync(7, s); err != nil {
+		return err
+	}
+	if err := cu.MemcpyAsync(uintptr(b.Ptr()), uintptr(a.Ptr()), 128, s); err != nil {
+		return err
+	}
+	return e.Record(s)
+}
+
 func liveGraphs(t *testing.T, cu *nccl.CUDA) int {
 	return int(ccall.Call(cudaFn(t, cu, "fakecuda_live_graphs")))
 }
@@ -62,13 +74,7 @@ func TestCaptureReplay(t *testing.T) {
 		if st, err := s.Capturing(); err != nil || st != nccl.CaptureActive {
 			t.Errorf("Capturing inside the capture = %v, %v", st, err)
 		}
-		if err := b.MemsetAsync(7, s); err != nil {
-			return err
-		}
-		if err := cu.MemcpyAsync(uintptr(b.Ptr()), uintptr(a.Ptr()), 128, s); err != nil {
-			return err
-		}
-		return e.Record(s)
+		return memsetCopyRecord(cu, s, a, b, e)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -140,15 +146,7 @@ func TestGraphWriteDot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Destroy()
-	g, err := cu.Capture(s, func() error {
-		if err := b.MemsetAsync(7, s); err != nil {
-			return err
-		}
-		if err := cu.MemcpyAsync(uintptr(b.Ptr()), uintptr(a.Ptr()), 128, s); err != nil {
-			return err
-		}
-		return e.Record(s)
-	})
+	g, err := cu.Capture(s, func() error { return memsetCopyRecord(cu, s, a, b, e) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,7 +139,7 @@ func initRanksCtx(t testing.TB, l *nccl.Library, n int, ctx context.Context) []r
 
 // eachRank runs f for every rank in its own goroutine, then synchronises the
 // rank's stream; it fails on any error.
-func eachRank(t *testing.T, ranks []rank, f func(r int, rk rank) error) {
+func eachRank(t testing.TB, ranks []rank, f func(r int, rk rank) error) {
 	t.Helper()
 	errs := make([]error, len(ranks))
 	var wg sync.WaitGroup

@@ -1,7 +1,6 @@
 package nccl_test
 
 import (
-	"errors"
 	"runtime"
 	"sync"
 	"testing"
@@ -34,27 +33,14 @@ func BenchmarkNonBlockingAllReduce(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	errs := make([]error, len(ranks))
-	var wg sync.WaitGroup
-	for r, rk := range ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range b.N {
-				if errs[r] = rk.comm.AllReduce(bufs[r], bufs[r], nccl.Sum, rk.s); errs[r] != nil {
-					return
-				}
+	eachRank(b, ranks, func(r int, rk rank) error {
+		for range b.N {
+			if err := rk.comm.AllReduce(bufs[r], bufs[r], nccl.Sum, rk.s); err != nil {
+				return err
 			}
-			if errs[r] == nil {
-				errs[r] = rk.s.Synchronize()
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	if err := errors.Join(errs...); err != nil {
-		b.Fatal(err)
-	}
+		}
+		return nil
+	})
 }
 
 // TestNonBlockingOpAllocs: an operation on a non-blocking communicator, whose

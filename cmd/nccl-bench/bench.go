@@ -309,7 +309,7 @@ func (b *bench) warmUp(lo, hi, warm int) {
 // asynchronous error; after a round in which none finished, the thread yields
 // its CPU (sched_yield). It allocates nothing.
 func (b *bench) sync() {
-	done := b.synced[:len(b.ranks)]
+	done := b.synced
 	clear(done)
 	for remaining := len(b.ranks); remaining > 0; {
 		idle := true

@@ -100,7 +100,7 @@ func main() {
 	perIter := flag.Int("I", 0, "per-iteration CUDA event timing (0 or 1): min, max, p99 and cv% of the iterations after each block")
 	ngpu := flag.Int("g", 1, "GPUs driven by each process")
 	graphs := flag.Int("G", 0, "CUDA graph launches: each size's -n iterations captured into a graph per GPU, launched this many times (0: no graph)")
-	graphDot := flag.String("graph-dot", "", "with -G: write each size's captured graph of every local GPU into this folder as Graphviz DOT, with each node's parameters (Graph.WriteDot)")
+	graphDot := flag.String("graph-dot", "", "with -G: write each size's captured graph of every local GPU into this folder (made if missing) as Graphviz DOT, with each node's parameters (Graph.WriteDot)")
 	register := flag.Int("R", 0, "buffer registration: 0 none, 1 ncclCommRegister (local), 2 symmetric windows (ncclMemAlloc + ncclCommWindowRegister)")
 	grouped := flag.Bool("grouped", false, "alltoall, gather, scatter, alltoallv through grouped send/recv instead of the native call")
 	asJSON := flag.Bool("json", false, "print JSON instead of the table")
@@ -155,8 +155,13 @@ func main() {
 	if *cpuTime != 0 && *cpuTime != 1 {
 		log.Fatalf("bad -C %d: 0 or 1", *cpuTime)
 	}
-	if *graphDot != "" && *graphs < 1 {
-		log.Fatal("-graph-dot needs -G: it writes the captured graphs")
+	if *graphDot != "" {
+		if *graphs < 1 {
+			log.Fatal("-graph-dot needs -G: it writes the captured graphs")
+		}
+		if err := os.MkdirAll(*graphDot, 0o755); err != nil {
+			log.Fatal(err)
+		}
 	}
 	if *perIter == 1 && *graphs >= 1 {
 		fmt.Fprintln(os.Stderr, "per-iteration timing (-I) is incompatible with CUDA graph mode (-G). Disabling.")
