@@ -67,14 +67,27 @@ TEXT trampoline(SB), NOSPLIT, $160
 // guardTrampoline runs a call on a thread with a current CUDA device
 // (guard.go), DI pointing at a guardFrame: trampoline's frame, then get at
 // 208, set at 216, the device at 224, the current device at 232, the guard's
-// result at 240. It calls get(&cur) and, where cur is 0, set(dev); a failing
-// one's result goes to 240 and ends it. Then trampoline runs on the frame.
-// The frame pointer is kept at 0(SP); $16 keeps SP 16-byte aligned at each
-// CALL.
+// result at 240, pthread_getspecific at 248 (0: no mark), pthread_setspecific
+// at 256, the key at 264. A thread whose mark is set goes straight to the
+// call. Otherwise it calls get(&cur) and, where cur is 0, set(dev); a failing
+// one's result goes to 240 and ends it; then it sets the thread's mark and
+// trampoline runs on the frame. The frame pointer is kept at 0(SP); $16 keeps
+// SP 16-byte aligned at each CALL.
 GLOBL ·guardABI0(SB), NOPTR|RODATA, $8
 DATA ·guardABI0(SB)/8, $guardTrampoline(SB)
 TEXT guardTrampoline(SB), NOSPLIT, $16
 	MOVQ  DI, 0(SP)
+	MOVQ  248(DI), R10
+	TESTQ R10, R10
+	JZ    ask
+	MOVQ  264(DI), DI
+	XORL  AX, AX
+	CALL  R10
+	MOVQ  0(SP), DI
+	TESTQ AX, AX
+	JNZ   call
+
+ask:
 	MOVQ  208(DI), R10
 	LEAQ  232(DI), DI
 	XORL  AX, AX
@@ -86,7 +99,7 @@ TEXT guardTrampoline(SB), NOSPLIT, $16
 	JNZ   out
 	MOVL  232(DI), AX
 	TESTL AX, AX
-	JNZ   call
+	JNZ   mark
 	MOVQ  216(DI), R10
 	MOVL  224(DI), DI
 	XORL  AX, AX
@@ -96,6 +109,16 @@ TEXT guardTrampoline(SB), NOSPLIT, $16
 	MOVQ  AX, 240(DI)
 	TESTL AX, AX
 	JNZ   out
+
+mark:
+	MOVQ  256(DI), R10
+	TESTQ R10, R10
+	JZ    call
+	MOVQ  264(DI), DI
+	MOVL  $1, SI
+	XORL  AX, AX
+	CALL  R10
+	MOVQ  0(SP), DI
 
 call:
 	CALL trampoline(SB)

@@ -68,9 +68,12 @@ TEXT trampoline(SB), NOSPLIT, $0
 // guardTrampoline runs a call on a thread with a current CUDA device
 // (guard.go), R0 pointing at a guardFrame: trampoline's frame, then get at
 // 208, set at 216, the device at 224, the current device at 232, the guard's
-// result at 240. It calls get(&cur) and, where cur is 0, set(dev); a failing
-// one's result goes to 240 and ends it. Then trampoline runs on the frame.
-// The frame pointer is kept at 8(RSP); RSP stays 16-byte aligned.
+// result at 240, pthread_getspecific at 248 (0: no mark), pthread_setspecific
+// at 256, the key at 264. A thread whose mark is set goes straight to the
+// call. Otherwise it calls get(&cur) and, where cur is 0, set(dev); a failing
+// one's result goes to 240 and ends it; then it sets the thread's mark and
+// trampoline runs on the frame. The frame pointer is kept at 8(RSP); RSP
+// stays 16-byte aligned.
 #define GUARD_STACK 16
 
 GLOBL ·guardABI0(SB), NOPTR|RODATA, $8
@@ -79,6 +82,14 @@ TEXT guardTrampoline(SB), NOSPLIT, $0
 	SUB   $GUARD_STACK, RSP
 	MOVD  R0, 8(RSP)
 	MOVD  R0, R9
+	MOVD  248(R9), R10
+	CBZ   R10, ask
+	MOVD  264(R9), R0
+	BL    (R10)
+	MOVD  8(RSP), R9
+	CBNZ  R0, call
+
+ask:
 	MOVD  208(R9), R10
 	ADD   $232, R9, R0
 	BL    (R10)
@@ -87,7 +98,7 @@ TEXT guardTrampoline(SB), NOSPLIT, $0
 	MOVD  R0, 240(R9)
 	CBNZW R0, out
 	MOVWU 232(R9), R1
-	CBNZW R1, call
+	CBNZW R1, mark
 	MOVD  216(R9), R10
 	MOVW  224(R9), R0
 	BL    (R10)
@@ -95,6 +106,13 @@ TEXT guardTrampoline(SB), NOSPLIT, $0
 	MOVWU R0, R0
 	MOVD  R0, 240(R9)
 	CBNZW R0, out
+
+mark:
+	MOVD 256(R9), R10
+	CBZ  R10, call
+	MOVD 264(R9), R0
+	MOVD $1, R1
+	BL   (R10)
 
 call:
 	MOVD 8(RSP), R0

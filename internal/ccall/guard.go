@@ -1,16 +1,60 @@
 package ccall
 
-import "unsafe"
+import (
+	"unsafe"
 
-// Guard names the CUDA runtime's cudaGetDevice and cudaSetDevice, for CallOn.
+	"github.com/ebitengine/purego"
+)
+
+// Guard names the CUDA runtime's cudaGetDevice and cudaSetDevice, for CallOn,
+// and, once CacheThreads has made one, a pthread key whose value on a thread
+// marks it as seen on a device.
 type Guard struct {
 	Get, Set uintptr
+	tls      threadMark
+}
+
+// threadMark is the guard's per-thread mark: pthread_getspecific and
+// pthread_setspecific, and the key. getspecific 0: no mark, the guard asks
+// cudaGetDevice on every call.
+type threadMark struct {
+	getspecific, setspecific uintptr
+	key                      uintptr
+}
+
+// CacheThreads gives the guard a per-thread mark (a pthread key): a thread the
+// guard has once seen on a device, or put on one, is marked, and later calls
+// on it skip cudaGetDevice. A thread's current device is never taken back
+// (CUDA keeps it until the thread ends), so the mark stays true; the key
+// belongs to this guard, so marks made for another runtime do not count. It
+// reports whether the mark is in use; without libc's pthread functions the
+// guard asks on every call as before.
+func (g *Guard) CacheThreads() bool {
+	var m threadMark
+	create, err := purego.Dlsym(purego.RTLD_DEFAULT, "pthread_key_create")
+	if err != nil {
+		return false
+	}
+	if m.getspecific, err = purego.Dlsym(purego.RTLD_DEFAULT, "pthread_getspecific"); err != nil {
+		return false
+	}
+	if m.setspecific, err = purego.Dlsym(purego.RTLD_DEFAULT, "pthread_setspecific"); err != nil {
+		return false
+	}
+	key := new(uint32) // pthread_key_t
+	if CallPtr(create, uintptr(unsafe.Pointer(key)), 0) != 0 {
+		return false
+	}
+	m.key = uintptr(*key)
+	g.tls = m
+	return true
 }
 
 // guardFrame is shared with the assembly (call_*.s): Call's frame, then the
 // guard's functions at 208 and 216, the device at 224, the thread's current
-// device as cudaGetDevice writes it at 232, and the guard's own failing result
-// at 240.
+// device as cudaGetDevice writes it at 232, the guard's own failing result
+// at 240, then pthread_getspecific at 248 (0: no mark), pthread_setspecific
+// at 256 and the key at 264.
 type guardFrame struct {
 	f   frame
 	get uintptr
@@ -18,6 +62,7 @@ type guardFrame struct {
 	dev uintptr
 	cur uintptr
 	gr  uintptr
+	tls threadMark
 }
 
 // guardABI0 is the address of the guarded trampoline (call_*.s).
@@ -29,7 +74,8 @@ var guardABI0 uintptr
 // makes dev current with g.Set, then calls fn. A thread without a device
 // would otherwise get one at fn's first use of the runtime: device 0, whose
 // primary context CUDA then creates (about 500 MiB there), in a process that
-// may never use GPU 0. Threads already on a device are left on it.
+// may never use GPU 0. Threads already on a device are left on it. With
+// CacheThreads, a thread marked as on a device skips the question.
 //
 // guardErr is the result of the guard's call that failed, and then fn was not
 // called; 0 otherwise. CallOn allocates nothing.
@@ -44,7 +90,7 @@ func CallOn(g *Guard, dev int, fn uintptr, args ...uintptr) (r uintptr, guardErr
 	for i, a := range args {
 		f.f.a[i] = a
 	}
-	f.get, f.set, f.dev = g.Get, g.Set, uintptr(uint32(int32(dev)))
+	f.get, f.set, f.dev, f.tls = g.Get, g.Set, uintptr(uint32(int32(dev))), g.tls
 	runtime_cgocall(guardABI0, uintptr(unsafe.Pointer(&f)))
 	return f.f.r, int32(f.gr)
 }

@@ -72,12 +72,101 @@ func TestCallOn(t *testing.T) {
 	})
 }
 
+// TestCallOnThreadMark: with CacheThreads, the guard asks a thread for its
+// device once: a thread it put on a device, or found on one, is marked, and
+// later calls go straight to fn, on that device. A guard call that fails
+// marks nothing, and another guard's key does not see this one's marks.
+func TestCallOnThreadMark(t *testing.T) {
+	h := lib(t)
+	g := &Guard{Get: sym(t, h, "dev_get"), Set: sym(t, h, "dev_set")}
+	if !g.CacheThreads() {
+		t.Fatal("CacheThreads: no pthread key")
+	}
+	here, sets, gets, set := sym(t, h, "dev_here"), sym(t, h, "dev_sets"), sym(t, h, "dev_gets"), sym(t, h, "dev_set")
+	failGet, noDev := sym(t, h, "dev_fail_get"), sym(t, h, "dev_clear")
+	count := func(f func()) (getCalls, setCalls int) {
+		g0, s0 := Call(gets), Call(sets)
+		f()
+		return int(Call(gets) - g0), int(Call(sets) - s0)
+	}
+	onFreshThread(func() {
+		Call(noDev)
+		gc, sc := count(func() {
+			for i := range 10 {
+				if r, ge := CallOn(g, 3, here); r != 3 || ge != 0 {
+					t.Errorf("call %d: fn saw device %d (guard %d), want 3", i, r, ge)
+				}
+			}
+		})
+		if gc != 1 || sc != 1 {
+			t.Errorf("10 calls on a thread without a device: %d cudaGetDevice, %d cudaSetDevice; want 1 and 1", gc, sc)
+		}
+	})
+	onFreshThread(func() {
+		Call(noDev)
+		Call(set, 5) // the thread chose its device itself
+		gc, sc := count(func() {
+			for range 10 {
+				if r, _ := CallOn(g, 3, here); r != 5 {
+					t.Errorf("fn saw device %d on a thread on device 5", r)
+				}
+			}
+		})
+		if gc != 1 || sc != 0 {
+			t.Errorf("10 calls on a thread on device 5: %d cudaGetDevice, %d cudaSetDevice; want 1 and 0", gc, sc)
+		}
+		g2 := &Guard{Get: g.Get, Set: g.Set}
+		if !g2.CacheThreads() {
+			t.Fatal("second key")
+		}
+		if gc, _ := count(func() { CallOn(g2, 3, here) }); gc != 1 {
+			t.Errorf("another guard's first call on a thread marked for the first: %d cudaGetDevice, want 1", gc)
+		}
+	})
+	onFreshThread(func() {
+		Call(noDev)
+		if _, ge := CallOn(g, 99, here); ge != 101 {
+			t.Fatalf("refused device: guard %d, want 101", ge)
+		}
+		if r, ge := CallOn(g, 4, here); r != 4 || ge != 0 {
+			t.Errorf("after a refused cudaSetDevice: fn saw device %d (guard %d), want 4 (the thread was not marked)", r, ge)
+		}
+	})
+	onFreshThread(func() {
+		Call(noDev)
+		Call(failGet, 35)
+		_, ge := CallOn(g, 4, here)
+		Call(failGet, 0)
+		if ge != 35 {
+			t.Fatalf("failing cudaGetDevice: guard %d, want 35", ge)
+		}
+		if r, ge := CallOn(g, 4, here); r != 4 || ge != 0 {
+			t.Errorf("after a failed cudaGetDevice: fn saw device %d (guard %d), want 4 (the thread was not marked)", r, ge)
+		}
+	})
+}
+
 func TestCallOnNoAllocs(t *testing.T) {
 	h := lib(t)
 	g := &Guard{Get: sym(t, h, "dev_get"), Set: sym(t, h, "dev_set")}
 	fn := sym(t, h, "weigh24")
 	if n := testing.AllocsPerRun(1000, func() { CallOn(g, 1, fn, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11) }); n != 0 {
 		t.Fatalf("CallOn allocates %v times per call", n)
+	}
+}
+
+// BenchmarkCallOnMarked is BenchmarkCallOn with the thread mark: after the
+// first call, one pthread_getspecific instead of a cudaGetDevice.
+func BenchmarkCallOnMarked(b *testing.B) {
+	h := lib(b)
+	g := &Guard{Get: sym(b, h, "dev_get"), Set: sym(b, h, "dev_set")}
+	if !g.CacheThreads() {
+		b.Fatal("no pthread key")
+	}
+	fn := sym(b, h, "noop")
+	b.ReportAllocs()
+	for b.Loop() {
+		CallOn(g, 1, fn)
 	}
 }
 

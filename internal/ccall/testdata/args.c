@@ -55,12 +55,14 @@ int take_log(uint64_t* out) {
 
 /* A CUDA runtime's current device, per thread, for CallOn: dev_get is
  * cudaGetDevice (0 on a thread that never chose one), dev_set cudaSetDevice
- * (refuses 99 with 101 and counts its calls), dev_fail_get makes dev_get fail
- * with the given code, dev_here is a call that returns the thread's device,
- * dev_clear takes the thread back to no device. */
+ * (refuses 99 with 101 and counts its calls; dev_gets counts dev_get's),
+ * dev_fail_get makes dev_get fail with the given code, dev_here is a call
+ * that returns the thread's device, dev_clear takes the thread back to no
+ * device. */
 static __thread int cur_dev;
-static int get_fails, sets;
+static int get_fails, sets, gets;
 int dev_get(int* d) {
+    __atomic_add_fetch(&gets, 1, __ATOMIC_SEQ_CST);
     if (get_fails) return get_fails;
     *d = cur_dev;
     return 0;
@@ -73,6 +75,7 @@ int dev_set(int d) {
 }
 void dev_fail_get(int code) { get_fails = code; }
 int dev_sets(void) { return __atomic_load_n(&sets, __ATOMIC_SEQ_CST); }
+int dev_gets(void) { return __atomic_load_n(&gets, __ATOMIC_SEQ_CST); }
 int dev_here(void) { return cur_dev; }
 void dev_clear(void) { cur_dev = 0; }
 
