@@ -36,9 +36,8 @@ import (
 // the guard marks it (a pthread key of its own, ccall.Guard.CacheThreads) and
 // later calls on it read the mark instead: on the fakes (2 vCPUs) a guarded
 // Comm.AllReduce went from 25 to 50 ns over an unguarded one to 0 to 7.
-// Without a
-// CUDA runtime (WithoutCUDARuntime) there is no guard: NCCL's restore then
-// creates device 0's context on threads that have no device.
+// Without a CUDA runtime (WithoutCUDARuntime) there is no guard: NCCL's
+// restore then creates device 0's context on threads that have no device.
 
 // threadDevice is the guard's state in a CUDA runtime.
 type threadDevice struct {
