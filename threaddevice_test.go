@@ -97,7 +97,8 @@ func primaryContexts(cudart string) (func() (uint64, error), error) {
 
 func init() {
 	// device-one-only: every step of a program on device 1 alone, each on a
-	// fresh OS thread, and after each step no context but device 1's.
+	// fresh OS thread, then all of them again on one thread, and after each
+	// step no context but device 1's.
 	// GONCCL_TEST_MODE=nonblocking makes the communicator non-blocking.
 	nccl.Children["device-one-only"] = func() error {
 		const dev = 1
@@ -171,18 +172,36 @@ func init() {
 			{"Free", func() error { return buf.Free() }},
 			{"Stream.Destroy", func() error { return s.Destroy() }},
 		}
-		for _, st := range steps {
-			if err := onFreshThread(st.fn); err != nil {
-				return fmt.Errorf("%s: %w", st.name, err)
-			}
+		check := func(step, where string) error {
 			m, err := mask()
 			if err != nil {
 				return err
 			}
 			if m != 1<<dev {
-				return fmt.Errorf("after %s on a fresh thread, primary contexts %#b: want only device %d's", st.name, m, dev)
+				return fmt.Errorf("after %s %s, primary contexts %#b: want only device %d's", step, where, m, dev)
+			}
+			return nil
+		}
+		for _, st := range steps {
+			if err := onFreshThread(st.fn); err != nil {
+				return fmt.Errorf("%s: %w", st.name, err)
+			}
+			if err := check(st.name, "on a fresh thread"); err != nil {
+				return err
 			}
 		}
-		return nil
+		// Then every step again on one thread: after its first call the
+		// guard has marked it, and the later calls skip the question.
+		return onFreshThread(func() error {
+			for _, st := range steps {
+				if err := st.fn(); err != nil {
+					return fmt.Errorf("%s on one thread: %w", st.name, err)
+				}
+				if err := check(st.name, "on one thread"); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	}
 }

@@ -16,6 +16,8 @@
 # get GONCCL_GPU_RANKS=2, the launched examples share GPU 0 through
 # launch.Job.Device); with older libraries they are skipped and say so. On a
 # machine of more GPUs, CUDA_VISIBLE_DEVICES=0,1 keeps the checks at 2 ranks.
+# TESTS (a -test.run pattern, default TestGPU) picks the GPU tests that run;
+# ONLY (below) picks the libraries.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -75,7 +77,7 @@ run)
       # One test at a time, each with its own limit: a hang costs that test.
       local rc=0 one
       : >"$LOGS/test-$t-$label.log"
-      for one in $(.gpu/bin/$t-gpu.test -test.list 'TestGPU'); do
+      for one in $(.gpu/bin/$t-gpu.test -test.list "${TESTS:-TestGPU}"); do
         env "$@" .gpu/bin/$t-gpu.test -test.v -test.run "^$one\$" -test.count=1 -test.timeout=120s >>"$LOGS/test-$t-$label.log" 2>&1 ||
           { rc=1; grep -q -- "--- FAIL: $one" "$LOGS/test-$t-$label.log" || echo "--- FAIL: $one (no verdict: crashed or timed out)" >>"$LOGS/test-$t-$label.log"; }
       done
