@@ -64,23 +64,50 @@ TEXT trampoline(SB), NOSPLIT, $160
 	MOVQ AX, 200(DI)
 	RET
 
+// trampoline8 is trampoline for a short frame (ccall.go, frame8): fn at 0,
+// a1..a8 from 8, result at 72; a7 and a8 go on the stack. $32 keeps SP
+// 16-byte aligned at the CALL; the frame pointer is kept at 24(SP).
+GLOBL ·trampoline8ABI0(SB), NOPTR|RODATA, $8
+DATA ·trampoline8ABI0(SB)/8, $trampoline8(SB)
+TEXT trampoline8(SB), NOSPLIT, $32
+	MOVQ DI, 24(SP)
+	MOVQ DI, R11
+	MOVQ 56(R11), R12
+	MOVQ R12, 0(SP)
+	MOVQ 64(R11), R12
+	MOVQ R12, 8(SP)
+	MOVQ 8(R11), DI
+	MOVQ 16(R11), SI
+	MOVQ 24(R11), DX
+	MOVQ 32(R11), CX
+	MOVQ 40(R11), R8
+	MOVQ 48(R11), R9
+	XORL AX, AX
+	MOVQ 0(R11), R10
+	CALL R10
+
+	MOVQ 24(SP), DI
+	MOVQ AX, 72(DI)
+	RET
+
 // guardTrampoline runs a call on a thread with a current CUDA device
-// (guard.go), DI pointing at a guardFrame: trampoline's frame, then get at
-// 208, set at 216, the device at 224, the current device at 232, the guard's
-// result at 240, pthread_getspecific at 248 (0: no mark), pthread_setspecific
-// at 256, the key at 264. A thread whose mark is set goes straight to the
-// call. Otherwise it calls get(&cur) and, where cur is 0, set(dev); a failing
-// one's result goes to 240 and ends it; then it sets the thread's mark and
-// trampoline runs on the frame. The frame pointer is kept at 0(SP); $16 keeps
-// SP 16-byte aligned at each CALL.
+// (guard.go), DI pointing at a guard frame: the trampoline that makes the
+// call at 0, get at 8, set at 16, the device at 24, the current device at 32,
+// the guard's result at 40, pthread_getspecific at 48 (0: no mark),
+// pthread_setspecific at 56, the key at 64, then the call's frame at 72. A
+// thread whose mark is set goes straight to the call. Otherwise it calls
+// get(&cur) and, where cur is 0, set(dev); a failing one's result goes to 40
+// and ends it; then it sets the thread's mark and the trampoline at 0 runs on
+// the frame at 72. The guard frame's pointer is kept at 0(SP); $16 keeps SP
+// 16-byte aligned at each CALL.
 GLOBL ·guardABI0(SB), NOPTR|RODATA, $8
 DATA ·guardABI0(SB)/8, $guardTrampoline(SB)
 TEXT guardTrampoline(SB), NOSPLIT, $16
 	MOVQ  DI, 0(SP)
-	MOVQ  248(DI), R10
+	MOVQ  48(DI), R10
 	TESTQ R10, R10
 	JZ    ask
-	MOVQ  264(DI), DI
+	MOVQ  64(DI), DI
 	XORL  AX, AX
 	CALL  R10
 	MOVQ  0(SP), DI
@@ -88,40 +115,42 @@ TEXT guardTrampoline(SB), NOSPLIT, $16
 	JNZ   call
 
 ask:
-	MOVQ  208(DI), R10
-	LEAQ  232(DI), DI
+	MOVQ  8(DI), R10
+	LEAQ  32(DI), DI
 	XORL  AX, AX
 	CALL  R10
 	MOVQ  0(SP), DI
 	MOVL  AX, AX // the C int, zero-extended
-	MOVQ  AX, 240(DI)
+	MOVQ  AX, 40(DI)
 	TESTL AX, AX
 	JNZ   out
-	MOVL  232(DI), AX
+	MOVL  32(DI), AX
 	TESTL AX, AX
 	JNZ   mark
-	MOVQ  216(DI), R10
-	MOVL  224(DI), DI
+	MOVQ  16(DI), R10
+	MOVL  24(DI), DI
 	XORL  AX, AX
 	CALL  R10
 	MOVQ  0(SP), DI
 	MOVL  AX, AX
-	MOVQ  AX, 240(DI)
+	MOVQ  AX, 40(DI)
 	TESTL AX, AX
 	JNZ   out
 
 mark:
-	MOVQ  256(DI), R10
+	MOVQ  56(DI), R10
 	TESTQ R10, R10
 	JZ    call
-	MOVQ  264(DI), DI
+	MOVQ  64(DI), DI
 	MOVL  $1, SI
 	XORL  AX, AX
 	CALL  R10
 	MOVQ  0(SP), DI
 
 call:
-	CALL trampoline(SB)
+	MOVQ 0(DI), R10
+	LEAQ 72(DI), DI
+	CALL R10
 
 out:
 	RET

@@ -65,15 +65,41 @@ TEXT trampoline(SB), NOSPLIT, $0
 	MOVD R0, 200(R2)
 	RET
 
+// trampoline8 is trampoline for a short frame (ccall.go, frame8): fn at 0,
+// a1..a8 from 8 into R0..R7, result at 72. The frame pointer is kept at
+// 8(RSP).
+GLOBL ·trampoline8ABI0(SB), NOPTR|RODATA, $8
+DATA ·trampoline8ABI0(SB)/8, $trampoline8(SB)
+TEXT trampoline8(SB), NOSPLIT, $0
+	SUB  $16, RSP
+	MOVD R0, 8(RSP)
+	MOVD R0, R9
+	MOVD 8(R9), R0
+	MOVD 16(R9), R1
+	MOVD 24(R9), R2
+	MOVD 32(R9), R3
+	MOVD 40(R9), R4
+	MOVD 48(R9), R5
+	MOVD 56(R9), R6
+	MOVD 64(R9), R7
+	MOVD 0(R9), R10
+	BL   (R10)
+
+	MOVD 8(RSP), R2
+	ADD  $16, RSP
+	MOVD R0, 72(R2)
+	RET
+
 // guardTrampoline runs a call on a thread with a current CUDA device
-// (guard.go), R0 pointing at a guardFrame: trampoline's frame, then get at
-// 208, set at 216, the device at 224, the current device at 232, the guard's
-// result at 240, pthread_getspecific at 248 (0: no mark), pthread_setspecific
-// at 256, the key at 264. A thread whose mark is set goes straight to the
-// call. Otherwise it calls get(&cur) and, where cur is 0, set(dev); a failing
-// one's result goes to 240 and ends it; then it sets the thread's mark and
-// trampoline runs on the frame. The frame pointer is kept at 8(RSP); RSP
-// stays 16-byte aligned.
+// (guard.go), R0 pointing at a guard frame: the trampoline that makes the
+// call at 0, get at 8, set at 16, the device at 24, the current device at 32,
+// the guard's result at 40, pthread_getspecific at 48 (0: no mark),
+// pthread_setspecific at 56, the key at 64, then the call's frame at 72. A
+// thread whose mark is set goes straight to the call. Otherwise it calls
+// get(&cur) and, where cur is 0, set(dev); a failing one's result goes to 40
+// and ends it; then it sets the thread's mark and the trampoline at 0 runs on
+// the frame at 72. The guard frame's pointer is kept at 8(RSP); RSP stays
+// 16-byte aligned.
 #define GUARD_STACK 16
 
 GLOBL ·guardABI0(SB), NOPTR|RODATA, $8
@@ -82,41 +108,43 @@ TEXT guardTrampoline(SB), NOSPLIT, $0
 	SUB   $GUARD_STACK, RSP
 	MOVD  R0, 8(RSP)
 	MOVD  R0, R9
-	MOVD  248(R9), R10
+	MOVD  48(R9), R10
 	CBZ   R10, ask
-	MOVD  264(R9), R0
+	MOVD  64(R9), R0
 	BL    (R10)
 	MOVD  8(RSP), R9
 	CBNZ  R0, call
 
 ask:
-	MOVD  208(R9), R10
-	ADD   $232, R9, R0
+	MOVD  8(R9), R10
+	ADD   $32, R9, R0
 	BL    (R10)
 	MOVD  8(RSP), R9
 	MOVWU R0, R0 // the C int, zero-extended
-	MOVD  R0, 240(R9)
+	MOVD  R0, 40(R9)
 	CBNZW R0, out
-	MOVWU 232(R9), R1
+	MOVWU 32(R9), R1
 	CBNZW R1, mark
-	MOVD  216(R9), R10
-	MOVW  224(R9), R0
+	MOVD  16(R9), R10
+	MOVW  24(R9), R0
 	BL    (R10)
 	MOVD  8(RSP), R9
 	MOVWU R0, R0
-	MOVD  R0, 240(R9)
+	MOVD  R0, 40(R9)
 	CBNZW R0, out
 
 mark:
-	MOVD 256(R9), R10
+	MOVD 56(R9), R10
 	CBZ  R10, call
-	MOVD 264(R9), R0
+	MOVD 64(R9), R0
 	MOVD $1, R1
 	BL   (R10)
 
 call:
-	MOVD 8(RSP), R0
-	BL   trampoline(SB)
+	MOVD 8(RSP), R9
+	MOVD 0(R9), R10
+	ADD  $72, R9, R0
+	BL   (R10)
 
 out:
 	ADD $GUARD_STACK, RSP

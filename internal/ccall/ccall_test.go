@@ -65,6 +65,25 @@ func TestEverySlot(t *testing.T) {
 	}
 }
 
+// TestEveryLength calls with 1 to MaxArgs arguments: calls of up to 8 take
+// the short frame (frame8), longer ones the whole frame; each argument must
+// arrive in its slot either way.
+func TestEveryLength(t *testing.T) {
+	fn := sym(t, lib(t), "weighn")
+	for n := 0; n < MaxArgs; n++ {
+		args := []uintptr{uintptr(n)}
+		want := uint64(n)
+		for i := range n {
+			v := uintptr(0x0123_4567_89ab_cdef)*uintptr(n+1) ^ uintptr(i+1)<<48
+			args = append(args, v)
+			want = want*1000003 + uint64(v)
+		}
+		if got := Call(fn, args...); uint64(got) != want {
+			t.Errorf("weighn with %d arguments = %#x, want %#x", len(args), got, want)
+		}
+	}
+}
+
 func TestStructByValue(t *testing.T) {
 	fn := sym(t, lib(t), "byvalue")
 	var id [128]byte

@@ -50,19 +50,30 @@ func (g *Guard) CacheThreads() bool {
 	return true
 }
 
-// guardFrame is shared with the assembly (call_*.s): Call's frame, then the
-// guard's functions at 208 and 216, the device at 224, the thread's current
-// device as cudaGetDevice writes it at 232, the guard's own failing result
-// at 240, then pthread_getspecific at 248 (0: no mark), pthread_setspecific
-// at 256 and the key at 264.
+// guardHead is shared with the assembly (call_*.s): the trampoline that
+// makes the call at 0, the guard's functions at 8 and 16, the device at 24,
+// the thread's current device as cudaGetDevice writes it at 32, the guard's
+// own failing result at 40, then pthread_getspecific at 48 (0: no mark),
+// pthread_setspecific at 56 and the key at 64. The call's frame follows at
+// 72: guardFrame8 for calls of up to 8 arguments, guardFrame for the rest.
+type guardHead struct {
+	tramp uintptr
+	get   uintptr
+	set   uintptr
+	dev   uintptr
+	cur   uintptr
+	gr    uintptr
+	tls   threadMark
+}
+
+type guardFrame8 struct {
+	h guardHead
+	f frame8
+}
+
 type guardFrame struct {
-	f   frame
-	get uintptr
-	set uintptr
-	dev uintptr
-	cur uintptr
-	gr  uintptr
-	tls threadMark
+	h guardHead
+	f frame
 }
 
 // guardABI0 is the address of the guarded trampoline (call_*.s).
@@ -85,12 +96,32 @@ func CallOn(g *Guard, dev int, fn uintptr, args ...uintptr) (r uintptr, guardErr
 	if fn == 0 || g.Get == 0 || g.Set == 0 || len(args) > MaxArgs {
 		panicCall(0, len(args))
 	}
+	if len(args) <= len(frame8{}.a) {
+		var f guardFrame8
+		f.h.tramp, f.h.get, f.h.set, f.h.dev, f.h.tls = trampoline8ABI0, g.Get, g.Set, uintptr(uint32(int32(dev))), g.tls
+		f.f.fn = fn
+		for i, a := range args {
+			f.f.a[i] = a
+		}
+		runtime_cgocall(guardABI0, uintptr(unsafe.Pointer(&f)))
+		return f.f.r, int32(f.h.gr)
+	}
+	return callOnLong(g, dev, fn, args)
+}
+
+// callOnLong is CallOn for calls of more than 8 arguments, in a frame of its
+// own: both frames in CallOn would pass the limit of a nosplit chain. It may
+// grow the stack on entry, before its frame's address is taken; after that it
+// calls only runtime.cgocall, which cannot.
+//
+//go:noinline
+func callOnLong(g *Guard, dev int, fn uintptr, args []uintptr) (r uintptr, guardErr int32) {
 	var f guardFrame
+	f.h.tramp, f.h.get, f.h.set, f.h.dev, f.h.tls = trampolineABI0, g.Get, g.Set, uintptr(uint32(int32(dev))), g.tls
 	f.f.fn = fn
 	for i, a := range args {
 		f.f.a[i] = a
 	}
-	f.get, f.set, f.dev, f.tls = g.Get, g.Set, uintptr(uint32(int32(dev))), g.tls
 	runtime_cgocall(guardABI0, uintptr(unsafe.Pointer(&f)))
-	return f.f.r, int32(f.gr)
+	return f.f.r, int32(f.h.gr)
 }

@@ -54,6 +54,27 @@ func TestCallOn(t *testing.T) {
 		}
 	})
 	onFreshThread(func() {
+		// Calls of every length, short frame and whole frame, through the
+		// guard: the first on a thread without a device.
+		Call(noDev)
+		fn := sym(t, h, "weighn")
+		for n := 0; n < MaxArgs; n++ {
+			args := []uintptr{uintptr(n)}
+			want := uint64(n)
+			for i := range n {
+				v := uintptr(0x0123_4567_89ab_cdef)*uintptr(n+1) ^ uintptr(i+1)<<48
+				args = append(args, v)
+				want = want*1000003 + uint64(v)
+			}
+			if r, ge := CallOn(g, 2, fn, args...); uint64(r) != want || ge != 0 {
+				t.Errorf("weighn with %d arguments through CallOn = %#x (guard %d), want %#x", len(args), r, ge, want)
+			}
+		}
+		if d := Call(here); d != 2 {
+			t.Errorf("after the calls the thread is on device %d, want 2", d)
+		}
+	})
+	onFreshThread(func() {
 		// A refused device: the guard's error, fn not called.
 		Call(noDev)
 		if r, ge := CallOn(g, 99, set, 7); ge != 101 || r != 0 {

@@ -17,6 +17,19 @@ uint64_t weigh24(uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5
     return s;
 }
 
+/* Weighted sum of the first n of 23 arguments, for calls of every length:
+ * the slots after a_n are not read (a shorter call leaves them unset). */
+uint64_t weighn(uint64_t n, uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5,
+                uint64_t a6, uint64_t a7, uint64_t a8, uint64_t a9, uint64_t a10, uint64_t a11,
+                uint64_t a12, uint64_t a13, uint64_t a14, uint64_t a15, uint64_t a16, uint64_t a17,
+                uint64_t a18, uint64_t a19, uint64_t a20, uint64_t a21, uint64_t a22, uint64_t a23) {
+    uint64_t a[23] = {a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12,
+                      a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23};
+    uint64_t s = n;
+    for (uint64_t i = 0; i < n && i < 23; i++) s = s * 1000003u + a[i];
+    return s;
+}
+
 /* A 128-byte struct by value between two scalars, as ncclCommInitRank takes its id. */
 typedef struct { char internal[128]; } id128;
 int byvalue(int before, id128 id, int after, uint64_t* out) {
