@@ -2,6 +2,19 @@
 
 #include "textflag.h"
 
+// CALL_FRAME calls the function of the frame at R11 (fn at 0, a1..a6 from 8)
+// with a1..a6 in DI, SI, DX, CX, R8, R9, its stack arguments already placed.
+#define CALL_FRAME \
+	MOVQ 8(R11), DI \
+	MOVQ 16(R11), SI \
+	MOVQ 24(R11), DX \
+	MOVQ 32(R11), CX \
+	MOVQ 40(R11), R8 \
+	MOVQ 48(R11), R9 \
+	XORL AX, AX \
+	MOVQ 0(R11), R10 \
+	CALL R10
+
 // trampoline runs on the system stack, called by runtime.asmcgocall with the C
 // calling convention and DI pointing at a frame (ccall.go): fn at 0, a1..a24 from 8,
 // result at 200. System V: a1..a6 in DI, SI, DX, CX, R8, R9; the rest on the
@@ -50,15 +63,7 @@ TEXT trampoline(SB), NOSPLIT, $160
 	MOVQ 192(R11), R12
 	MOVQ R12, 136(SP)
 
-	MOVQ 8(R11), DI
-	MOVQ 16(R11), SI
-	MOVQ 24(R11), DX
-	MOVQ 32(R11), CX
-	MOVQ 40(R11), R8
-	MOVQ 48(R11), R9
-	XORL AX, AX
-	MOVQ 0(R11), R10
-	CALL R10
+	CALL_FRAME
 
 	MOVQ 152(SP), DI
 	MOVQ AX, 200(DI)
@@ -76,15 +81,7 @@ TEXT trampoline8(SB), NOSPLIT, $32
 	MOVQ R12, 0(SP)
 	MOVQ 64(R11), R12
 	MOVQ R12, 8(SP)
-	MOVQ 8(R11), DI
-	MOVQ 16(R11), SI
-	MOVQ 24(R11), DX
-	MOVQ 32(R11), CX
-	MOVQ 40(R11), R8
-	MOVQ 48(R11), R9
-	XORL AX, AX
-	MOVQ 0(R11), R10
-	CALL R10
+	CALL_FRAME
 
 	MOVQ 24(SP), DI
 	MOVQ AX, 72(DI)

@@ -2,6 +2,20 @@
 
 #include "textflag.h"
 
+// CALL_FRAME calls the function of the frame at R9 (fn at 0, a1..a8 from 8)
+// with a1..a8 in R0..R7, its stack arguments already placed.
+#define CALL_FRAME \
+	MOVD 8(R9), R0 \
+	MOVD 16(R9), R1 \
+	MOVD 24(R9), R2 \
+	MOVD 32(R9), R3 \
+	MOVD 40(R9), R4 \
+	MOVD 48(R9), R5 \
+	MOVD 56(R9), R6 \
+	MOVD 64(R9), R7 \
+	MOVD 0(R9), R10 \
+	BL   (R10)
+
 // trampoline runs on the system stack, called by runtime.asmcgocall with the C
 // calling convention and R0 pointing at a frame (ccall.go): fn at 0, a1..a24 from 8,
 // result at 200. AAPCS64: a1..a8 in R0..R7, the rest on the stack from 0(RSP),
@@ -49,16 +63,7 @@ TEXT trampoline(SB), NOSPLIT, $0
 	MOVD 192(R9), R10
 	MOVD R10, 120(RSP)
 
-	MOVD 8(R9), R0
-	MOVD 16(R9), R1
-	MOVD 24(R9), R2
-	MOVD 32(R9), R3
-	MOVD 40(R9), R4
-	MOVD 48(R9), R5
-	MOVD 56(R9), R6
-	MOVD 64(R9), R7
-	MOVD 0(R9), R10
-	BL   (R10)
+	CALL_FRAME
 
 	MOVD PTR_ADDRESS(RSP), R2
 	ADD  $STACK_SIZE, RSP
@@ -74,16 +79,7 @@ TEXT trampoline8(SB), NOSPLIT, $0
 	SUB  $16, RSP
 	MOVD R0, 8(RSP)
 	MOVD R0, R9
-	MOVD 8(R9), R0
-	MOVD 16(R9), R1
-	MOVD 24(R9), R2
-	MOVD 32(R9), R3
-	MOVD 40(R9), R4
-	MOVD 48(R9), R5
-	MOVD 56(R9), R6
-	MOVD 64(R9), R7
-	MOVD 0(R9), R10
-	BL   (R10)
+	CALL_FRAME
 
 	MOVD 8(RSP), R2
 	ADD  $16, RSP

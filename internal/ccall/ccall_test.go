@@ -71,17 +71,24 @@ func TestEverySlot(t *testing.T) {
 func TestEveryLength(t *testing.T) {
 	fn := sym(t, lib(t), "weighn")
 	for n := 0; n < MaxArgs; n++ {
-		args := []uintptr{uintptr(n)}
-		want := uint64(n)
-		for i := range n {
-			v := uintptr(0x0123_4567_89ab_cdef)*uintptr(n+1) ^ uintptr(i+1)<<48
-			args = append(args, v)
-			want = want*1000003 + uint64(v)
-		}
+		args, want := weighnCase(n)
 		if got := Call(fn, args...); uint64(got) != want {
 			t.Errorf("weighn with %d arguments = %#x, want %#x", len(args), got, want)
 		}
 	}
+}
+
+// weighnCase is a call of weighn (testdata/args.c) with n values after the
+// count, n+1 arguments in all, and the result it must return.
+func weighnCase(n int) (args []uintptr, want uint64) {
+	args = []uintptr{uintptr(n)}
+	want = uint64(n)
+	for i := range n {
+		v := uintptr(0x0123_4567_89ab_cdef)*uintptr(n+1) ^ uintptr(i+1)<<48
+		args = append(args, v)
+		want = want*1000003 + uint64(v)
+	}
+	return args, want
 }
 
 func TestStructByValue(t *testing.T) {

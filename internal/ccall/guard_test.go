@@ -59,13 +59,7 @@ func TestCallOn(t *testing.T) {
 		Call(noDev)
 		fn := sym(t, h, "weighn")
 		for n := 0; n < MaxArgs; n++ {
-			args := []uintptr{uintptr(n)}
-			want := uint64(n)
-			for i := range n {
-				v := uintptr(0x0123_4567_89ab_cdef)*uintptr(n+1) ^ uintptr(i+1)<<48
-				args = append(args, v)
-				want = want*1000003 + uint64(v)
-			}
+			args, want := weighnCase(n)
 			if r, ge := CallOn(g, 2, fn, args...); uint64(r) != want || ge != 0 {
 				t.Errorf("weighn with %d arguments through CallOn = %#x (guard %d), want %#x", len(args), r, ge, want)
 			}
