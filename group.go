@@ -331,7 +331,6 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 		}
 		return err
 	}
-	defer exitAll(g.comms)
 	for i, c := range g.comms {
 		if !c.blocking && !c.launching.CompareAndSwap(false, true) {
 			for _, d := range g.comms[:i] {
@@ -340,16 +339,30 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 			if g.ncclOpen {
 				l.ncclGroupEnd()
 			}
+			exitAll(g.comms)
 			return busyError("ncclGroupEnd")
 		}
 	}
-	defer func() {
-		for _, c := range g.comms {
-			if !c.blocking {
-				c.launching.Store(false)
-			}
+	// One deferred call, which the compiler open-codes: the members' launch
+	// marks cleared, then their counts given back.
+	defer launched(g.comms)
+	return l.launchAdmitted(g, end, endArg)
+}
+
+// launched ends launch: it clears the non-blocking members' launch marks,
+// then lets every member go.
+func launched(comms []*Comm) {
+	for _, c := range comms {
+		if !c.blocking {
+			c.launching.Store(false)
 		}
-	}()
+	}
+	exitAll(comms)
+}
+
+// launchAdmitted is launch once the members are admitted and marked: the
+// group's C calls, then the non-blocking members settled.
+func (l *Library) launchAdmitted(g *groupRec, end int, endArg uintptr) error {
 	// The group's C calls in one batch, one switch to the system stack for
 	// all of them: ncclGroupStart (unless an init opened NCCL's group), the
 	// records in order (g.calls[1:], made by record), the end.
