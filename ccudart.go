@@ -246,6 +246,11 @@ func (cu *CUDA) cudaGraphLaunch(exec, stream uintptr) error {
 	return cu.call(cuGraphLaunch, exec, stream)
 }
 
+// cudaError_t cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream);
+func (cu *CUDA) cudaGraphUpload(exec, stream uintptr) error {
+	return cu.call(cuGraphUpload, exec, stream)
+}
+
 // cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec);
 func (cu *CUDA) cudaGraphExecDestroy(exec uintptr) error {
 	return cu.call(cuGraphExecDestroy, exec)

@@ -328,7 +328,7 @@ func TestFakeGraphAllReduce(t *testing.T) {
 
 // graphAllReduce: nranks ranks of one process, one goroutine each, capture K
 // all-reduces as their communicators' first operations (NCCL connects the
-// ranks inside them), launch the graphs and check every element
+// ranks inside them), upload the graphs, launch them and check every element
 // (TestFakeGraphAllReduce, TestGPUCapturedAllReduce).
 func graphAllReduce(t *testing.T, l *nccl.Library, nranks int, ctx context.Context) {
 	comms := initComms(t, l, nranks, ctx, nil)
@@ -359,6 +359,14 @@ func graphAllReduce(t *testing.T, l *nccl.Library, nranks int, ctx context.Conte
 		}
 		if err := rk.nothingRan(outs...); err != nil {
 			return err
+		}
+		// Uploaded first, as a program that times its launches does: the
+		// launches that follow must be unchanged by it.
+		if err := rk.g.Upload(rk.s); err != nil {
+			return fmt.Errorf("upload: %w", err)
+		}
+		if err := rk.nothingRan(outs...); err != nil {
+			return fmt.Errorf("after the upload: %w", err)
 		}
 		for launch := range launches {
 			for k, sp := range graphARSpecs {

@@ -438,8 +438,28 @@ func zeroGraph(op string) error {
 
 // Launch enqueues the graph's work on s (cudaGraphLaunch), which must be on
 // the graph's device. It allocates nothing.
-func (g *Graph) Launch(s Stream) (err error) {
-	const op = "cudaGraphLaunch"
+func (g *Graph) Launch(s Stream) error { return g.onStream(s, false) }
+
+// Upload uploads the graph to its device in s without running it
+// (cudaGraphUpload, CUDA >= 11.1), ordered after the work already in s and
+// the graph's earlier launches. The first Launch of a graph never uploaded
+// uploads it: Upload before a loop of launches, or before the first launch
+// a service times, takes that out of them. s must be on the graph's device.
+// A runtime without the function gives an *UnsupportedError.
+func (g *Graph) Upload(s Stream) error {
+	if g.made() && !g.cu.has(cuGraphUpload) {
+		return g.cu.unsupported(cuGraphUpload)
+	}
+	return g.onStream(s, true)
+}
+
+// onStream is Launch, or Upload where upload is set: the checks, then the
+// call on s, or on the legacy default stream of the graph's device.
+func (g *Graph) onStream(s Stream, upload bool) (err error) {
+	op := "cudaGraphLaunch"
+	if upload {
+		op = "cudaGraphUpload"
+	}
 	if !g.made() {
 		return zeroGraph(op)
 	}
@@ -459,9 +479,17 @@ func (g *Graph) Launch(s Stream) (err error) {
 		return g.notInstantiated(op)
 	}
 	if s.h == 0 {
-		return g.cu.OnDevice(g.dev, func() error { return g.cu.cudaGraphLaunch(exec, 0) })
+		return g.cu.OnDevice(g.dev, func() error { return g.execOn(upload, exec, 0) })
 	}
-	return g.cu.cudaGraphLaunch(exec, s.h)
+	return g.execOn(upload, exec, s.h)
+}
+
+// execOn calls cudaGraphUpload or cudaGraphLaunch.
+func (g *Graph) execOn(upload bool, exec, stream uintptr) error {
+	if upload {
+		return g.cu.cudaGraphUpload(exec, stream)
+	}
+	return g.cu.cudaGraphLaunch(exec, stream)
 }
 
 // WriteDot writes the graph as captured to path, in Graphviz's DOT format

@@ -144,3 +144,38 @@ func TestForeignCaptureHint(t *testing.T) {
 		c.Abort()
 	}
 }
+
+// TestUploadUnsupported: a runtime without cudaGraphUpload (older than CUDA
+// 11.1) gives an *UnsupportedError naming it; Launch is unaffected.
+func TestUploadUnsupported(t *testing.T) {
+	cu, err := OpenCUDA(WithCUDARuntime(FakeCUDART(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cu.NewStream(0, StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	e, err := cu.NewEvent(0, EventDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Destroy()
+	g, err := cu.Capture(s, func() error { return e.Record(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Destroy()
+	cu.fn[cuGraphUpload] = 0
+	var ue *UnsupportedError
+	if err := g.Upload(s); !errors.As(err, &ue) || ue.Name != "cudaGraphUpload" || ue.Requires != "CUDA >= 11.1" {
+		t.Fatalf("Upload without cudaGraphUpload: %v", err)
+	}
+	if err := g.Launch(s); err != nil {
+		t.Fatalf("Launch without cudaGraphUpload: %v", err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}

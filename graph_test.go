@@ -190,6 +190,93 @@ func TestGraphWriteDot(t *testing.T) {
 	}
 }
 
+// TestGraphUpload: Upload takes a graph's stream on its device, runs none of
+// its work, and leaves later launches as they were: each replays the capture
+// once, checked in every byte. A stream of another device is an invalid
+// argument, a destroyed stream and a destroyed or zero graph ErrClosed.
+func TestGraphUpload(t *testing.T) {
+	cu, s, a, b := graphSetup(t, nccl.StreamNonBlocking)
+	e, err := cu.NewEvent(0, nccl.EventDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Destroy()
+	g, err := cu.Capture(s, func() error { return memsetCopyRecord(cu, s, a, b, e) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := make([]byte, 256)
+	for i := range src {
+		src[i] = byte(i*13 + 5)
+	}
+	if err := a.WriteBytes(src); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Memset(0); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // uploads of the same graph are allowed, and run nothing
+		if err := g.Upload(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 256)
+	if err := b.ReadBytes(got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, make([]byte, 256)) {
+		t.Fatalf("Upload ran the graph's work: % x...", got[:16])
+	}
+	if err := g.Launch(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReadBytes(got); err != nil {
+		t.Fatal(err)
+	}
+	want := append(append([]byte{}, src[:128]...), bytes.Repeat([]byte{7}, 128)...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("launch after Upload: got % x..., want % x...", got[120:136], want[120:136])
+	}
+	other, err := cu.NewStream(1, nccl.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Upload(other); !errors.Is(err, nccl.ErrInvalidArgument) {
+		t.Errorf("Upload on a stream of device 1: %v, want ErrInvalidArgument", err)
+	}
+	if err := other.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := cu.NewStream(0, nccl.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Upload(gone); !errors.Is(err, nccl.ErrClosed) {
+		t.Errorf("Upload on a destroyed stream: %v, want ErrClosed", err)
+	}
+	if n := testing.AllocsPerRun(100, func() { g.Upload(s) }); n != 0 {
+		t.Errorf("%v allocations per Upload", n)
+	}
+	if err := g.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Upload(s); !errors.Is(err, nccl.ErrClosed) {
+		t.Errorf("Upload after Destroy: %v, want ErrClosed", err)
+	}
+	if err := (&nccl.Graph{}).Upload(s); !errors.Is(err, nccl.ErrClosed) {
+		t.Errorf("Upload of the zero Graph: %v, want ErrClosed", err)
+	}
+}
+
 // TestCaptureRefusesBreakingCalls: while a capture is open, gonccl refuses the
 // calls that would break it with a *CaptureError (ErrCapturing) before CUDA
 // sees them, so the capture survives and its graph replays correctly; other

@@ -229,6 +229,7 @@ const (
 	cuGraphDestroy
 	cuThreadExchangeStreamCaptureMode
 	cuGraphDebugDotPrint
+	cuGraphUpload
 	numCUDASymbols
 )
 
@@ -289,6 +290,8 @@ var cudaSymbols = [numCUDASymbols]symbol{
 	cuThreadExchangeStreamCaptureMode: {name: "cudaThreadExchangeStreamCaptureMode", since: abi.V(10, 1, 0)},
 	// Graph.WriteDot.
 	cuGraphDebugDotPrint: {name: "cudaGraphDebugDotPrint", since: abi.V(11, 3, 0)},
+	// Graph.Upload.
+	cuGraphUpload: {name: "cudaGraphUpload", since: abi.V(11, 1, 0)},
 }
 
 func init() {

@@ -1391,6 +1391,19 @@ API int cudaGraphLaunch(void* xh, void* st) {
     return cudaSuccess;
 }
 
+/* cudaGraphUpload: the fake's graphs need no upload (each launch enqueues
+ * the nodes afresh), so it checks the handles and the stream as a launch
+ * does and enqueues nothing. */
+API int cudaGraphUpload(void* xh, void* st) {
+    thread_context();
+    pthread_mutex_lock(&g);
+    graph* x = find_graph(execs, xh);
+    stream* s = resolve(st);
+    int r = !x || !s ? cudaErrorInvalidResourceHandle : capture_check(st, s);
+    pthread_mutex_unlock(&g);
+    return r > 0 ? fail(r) : cudaSuccess;
+}
+
 static int destroy_graph(graph** list, void* h) {
     pthread_mutex_lock(&g);
     for (graph** px = list; *px; px = &(*px)->next)
