@@ -164,6 +164,32 @@ func ExampleComm_AllReduce() {
 	// Output: [0 3 6 9] [0 3 6 9]
 }
 
+// Small operations in a loop: captured once into a CUDA graph, uploaded to
+// the device before the loop (so that no launch in it pays for that), then
+// replayed. The graph is destroyed before its communicator is closed.
+func ExampleGraph_Upload() {
+	j := newJob(1)
+	defer j.close()
+	c, s := j.comms[0], j.streams[0]
+	in := j.buffers(func(int) []float32 { return []float32{1, 2, 3} })[0]
+	out := j.buffers(func(int) []float32 { return make([]float32, 3) })[0]
+	g, err := j.lib.CUDA().Capture(s, func() error { return c.AllReduce(in, out, nccl.Sum, s) })
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer g.Destroy()
+	if err := g.Upload(s); err != nil {
+		log.Fatal(err)
+	}
+	for range 3 {
+		if err := g.Launch(s); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println(j.read(out, 0))
+	// Output: [1 2 3]
+}
+
 func ExampleComm_Broadcast() {
 	j := newJob(3)
 	defer j.close()
