@@ -51,9 +51,10 @@ func TestGraphsUnsupported(t *testing.T) {
 	}
 }
 
-// TestWriteDotUnsupported: a runtime without cudaGraphDebugDotPrint (older
-// than CUDA 11.3) gives an *UnsupportedError naming it.
-func TestWriteDotUnsupported(t *testing.T) {
+// recordedGraph is a graph of one event record on a stream of device 0 of the
+// fake runtime, opened alone; the test's cleanup destroys all three.
+func recordedGraph(t *testing.T) (*CUDA, Stream, *Graph) {
+	t.Helper()
 	cu, err := OpenCUDA(WithCUDARuntime(FakeCUDART(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -62,17 +63,24 @@ func TestWriteDotUnsupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Destroy()
+	t.Cleanup(func() { s.Destroy() })
 	e, err := cu.NewEvent(0, EventDefault)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Destroy()
+	t.Cleanup(func() { e.Destroy() })
 	g, err := cu.Capture(s, func() error { return e.Record(s) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Destroy()
+	t.Cleanup(func() { g.Destroy() })
+	return cu, s, g
+}
+
+// TestWriteDotUnsupported: a runtime without cudaGraphDebugDotPrint (older
+// than CUDA 11.3) gives an *UnsupportedError naming it.
+func TestWriteDotUnsupported(t *testing.T) {
+	cu, _, g := recordedGraph(t)
 	cu.fn[cuGraphDebugDotPrint] = 0
 	var ue *UnsupportedError
 	if err := g.WriteDot(t.TempDir()+"/g.dot", false); !errors.As(err, &ue) || ue.Name != "cudaGraphDebugDotPrint" || ue.Requires != "CUDA >= 11.3" {
@@ -148,25 +156,7 @@ func TestForeignCaptureHint(t *testing.T) {
 // TestUploadUnsupported: a runtime without cudaGraphUpload (older than CUDA
 // 11.1) gives an *UnsupportedError naming it; Launch is unaffected.
 func TestUploadUnsupported(t *testing.T) {
-	cu, err := OpenCUDA(WithCUDARuntime(FakeCUDART(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := cu.NewStream(0, StreamNonBlocking)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	e, err := cu.NewEvent(0, EventDefault)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Destroy()
-	g, err := cu.Capture(s, func() error { return e.Record(s) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Destroy()
+	cu, s, g := recordedGraph(t)
 	cu.fn[cuGraphUpload] = 0
 	var ue *UnsupportedError
 	if err := g.Upload(s); !errors.As(err, &ue) || ue.Name != "cudaGraphUpload" || ue.Requires != "CUDA >= 11.1" {

@@ -39,6 +39,36 @@ func graphSetup(t *testing.T, flags nccl.StreamFlags) (*nccl.CUDA, nccl.Stream, 
 	return cu, s, a, b
 }
 
+// syncRead waits for s, then reads all of b.
+func syncRead(t *testing.T, s nccl.Stream, b nccl.Buffer) []byte {
+	t.Helper()
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, b.Size())
+	if err := b.ReadBytes(got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// memsetCopyGraph is graphSetup's stream and buffers with memsetCopyRecord
+// captured into a graph (its event destroyed at the test's end).
+func memsetCopyGraph(t *testing.T) (*nccl.CUDA, nccl.Stream, nccl.Buffer, nccl.Buffer, *nccl.Graph) {
+	t.Helper()
+	cu, s, a, b := graphSetup(t, nccl.StreamNonBlocking)
+	e, err := cu.NewEvent(0, nccl.EventDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Destroy() })
+	g, err := cu.Capture(s, func() error { return memsetCopyRecord(cu, s, a, b, e) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cu, s, a, b, g
+}
+
 // memsetCopyRecord enqueues on s a memset of b to 7, a copy of a's first 128
 // bytes over b's, and a record of e: the work the capture tests capture.
 func memsetCopyRecord(cu *nccl.CUDA, s nccl.Stream, a, b nccl.Buffer, e nccl.Event) error {
@@ -86,13 +116,7 @@ func TestCaptureReplay(t *testing.T) {
 		t.Errorf("live graphs %d, want %d (graph and executable)", got, before+2)
 	}
 	// Nothing ran during the capture.
-	if err := s.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, 256)
-	if err := b.ReadBytes(got); err != nil {
-		t.Fatal(err)
-	}
+	got := syncRead(t, s, b)
 	if !bytes.Equal(got, make([]byte, 256)) {
 		t.Fatalf("captured work ran during the capture: % x", got[:16])
 	}
@@ -140,16 +164,7 @@ func TestCaptureReplay(t *testing.T) {
 // with a NUL byte or none an invalid argument, and a destroyed or zero graph
 // ErrClosed.
 func TestGraphWriteDot(t *testing.T) {
-	cu, s, a, b := graphSetup(t, nccl.StreamNonBlocking)
-	e, err := cu.NewEvent(0, nccl.EventDefault)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Destroy()
-	g, err := cu.Capture(s, func() error { return memsetCopyRecord(cu, s, a, b, e) })
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, _, _, g := memsetCopyGraph(t)
 	dir := t.TempDir()
 	for _, verbose := range []bool{false, true} {
 		path := filepath.Join(dir, fmt.Sprintf("graph-%v.dot", verbose))
@@ -195,16 +210,7 @@ func TestGraphWriteDot(t *testing.T) {
 // once, checked in every byte. A stream of another device is an invalid
 // argument, a destroyed stream and a destroyed or zero graph ErrClosed.
 func TestGraphUpload(t *testing.T) {
-	cu, s, a, b := graphSetup(t, nccl.StreamNonBlocking)
-	e, err := cu.NewEvent(0, nccl.EventDefault)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Destroy()
-	g, err := cu.Capture(s, func() error { return memsetCopyRecord(cu, s, a, b, e) })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cu, s, a, b, g := memsetCopyGraph(t)
 	src := make([]byte, 256)
 	for i := range src {
 		src[i] = byte(i*13 + 5)
@@ -220,25 +226,14 @@ func TestGraphUpload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, 256)
-	if err := b.ReadBytes(got); err != nil {
-		t.Fatal(err)
-	}
+	got := syncRead(t, s, b)
 	if !bytes.Equal(got, make([]byte, 256)) {
 		t.Fatalf("Upload ran the graph's work: % x...", got[:16])
 	}
 	if err := g.Launch(s); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.ReadBytes(got); err != nil {
-		t.Fatal(err)
-	}
+	got = syncRead(t, s, b)
 	want := append(append([]byte{}, src[:128]...), bytes.Repeat([]byte{7}, 128)...)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("launch after Upload: got % x..., want % x...", got[120:136], want[120:136])
