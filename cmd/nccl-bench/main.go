@@ -19,6 +19,13 @@
 // chooses (torchrun's store, NCCL_COMM_ID, a shared file with -idfile; -idvia
 // forces one); rank 0 prints.
 //
+// -t T runs T threads in each process, as nccl-tests' -t: each a goroutine
+// locked to an OS thread of its own, driving -g GPUs, so that a process holds
+// T·g ranks (threads.go); times are averaged over every thread of every
+// process. With graphs, one process driving several GPUs runs faster with a
+// thread per GPU (-t N -g 1) than with one for all (-g N), where that one
+// thread's graph launches set the time (docs/performance.md).
+//
 // Every operation is a row of a table (ops.go) over gonccl's public API: its
 // buffers, its call, its busbw factor and its expected bytes. Whether
 // alltoall, gather, scatter and alltoallv run the library's own call or
@@ -98,7 +105,8 @@ func main() {
 	root := flag.Int("r", 0, "root rank")
 	cpuTime := flag.Int("C", 0, "report the host's time of the launches (cputime) in the time columns, as nccl-tests' -C 1; busbw stays from the full time")
 	perIter := flag.Int("I", 0, "per-iteration CUDA event timing (0 or 1): min, max, p99 and cv% of the iterations after each block")
-	ngpu := flag.Int("g", 1, "GPUs driven by each process")
+	ngpu := flag.Int("g", 1, "GPUs driven by each thread (-t): with one thread, by each process")
+	nthreads := flag.Int("t", 1, "threads per process, each driving -g GPUs from a goroutine locked to its own OS thread (nccl-tests' -t)")
 	graphs := flag.Int("G", 0, "CUDA graph launches: each size's -n iterations captured into a graph per GPU, launched this many times (0: no graph)")
 	graphDot := flag.String("graph-dot", "", "with -G: write each size's captured graph of every local GPU into this folder (made if missing) as Graphviz DOT, with each node's parameters (Graph.WriteDot)")
 	register := flag.Int("R", 0, "buffer registration: 0 none, 1 ncclCommRegister (local), 2 symmetric windows (ncclMemAlloc + ncclCommWindowRegister)")
@@ -146,6 +154,9 @@ func main() {
 	if *ngpu < 1 {
 		log.Fatal("bad -g: at least 1")
 	}
+	if *nthreads < 1 {
+		log.Fatal("bad -t: at least 1")
+	}
 	if *graphs < 0 {
 		log.Fatal("bad -G: 0 (no graph) or more launches")
 	}
@@ -175,7 +186,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	comms, err := initJob(lib, job, *ngpu, lf.Share())
+	comms, err := initJob(lib, job, *nthreads**ngpu, lf.Share())
 	if err != nil {
 		log.Fatalf("rank %d: %v", job.Rank, err)
 	}
@@ -184,12 +195,13 @@ func main() {
 		log.Fatalf("bad -r %d: %d ranks", *root, n)
 	}
 	lo := sizes[0]
-	b, err := newBench(lib, comms, settings{op: op, dt: dt, red: red, root: *root, grouped: *grouped, maxBytes: hi,
+	benches, err := newBenches(lib, comms, *nthreads, *ngpu, settings{op: op, dt: dt, red: red, root: *root, grouped: *grouped, maxBytes: hi,
 		perIter: *perIter == 1, graphs: *graphs, register: *register, graphDot: *graphDot})
 	if err != nil {
 		log.Fatalf("rank %d: %v", job.Rank, err)
 	}
-	rep := &report{w: os.Stdout, op: op.name, lib: lib, ranks: n, job: job, gpus: *ngpu, iters: *iters, warm: *warm,
+	b := benches[0]
+	rep := &report{w: os.Stdout, op: op.name, lib: lib, ranks: n, job: job, threads: *nthreads, gpus: *ngpu, iters: *iters, warm: *warm,
 		check: *check, perIter: b.perIter, cpuTime: *cpuTime == 1, graphs: *graphs, register: *register, alloc: b.alloc, json: *asJSON, show: job.Rank == 0}
 	if op.path != "" {
 		rep.path = comms[0].PathOf(op.path).String()
@@ -198,36 +210,42 @@ func main() {
 		}
 	}
 	rep.header()
-	// A barrier before the warm-up, where nccl-tests calls MPI_Barrier: the
-	// barrier's first all-reduce connects NCCL's paths for it here, not at the
-	// first size (docs/performance.md).
-	b.barrier()
-	b.warmUp(lo, hi, *warm)
-	for _, size := range sizes {
-		count := b.count(size)
-		if count == 0 {
-			continue
+	eachThread(benches, func(b *bench, first bool) {
+		// A barrier before the warm-up, where nccl-tests calls MPI_Barrier:
+		// the barrier's first all-reduce connects NCCL's paths for it here,
+		// not at the first size (docs/performance.md).
+		b.barrier()
+		b.warmUp(lo, hi, *warm)
+		for _, size := range sizes {
+			count := b.count(size)
+			if count == 0 {
+				continue
+			}
+			r := row{Size: b.elems(count) * dt.Size(), Count: count, Type: *dtName, Op: *redName, Root: *root}
+			if !op.reduce {
+				r.Op = "none"
+			}
+			if !op.rooted {
+				r.Root = -1
+			}
+			for _, inPlace := range []bool{false, true} {
+				r.set(inPlace, b.run(count, inPlace, *iters, *check == 1), op.busFactor(float64(n)))
+			}
+			if first { // the job-wide results: every thread has the same
+				rep.add(r)
+			}
 		}
-		r := row{Size: b.elems(count) * dt.Size(), Count: count, Type: *dtName, Op: *redName, Root: *root}
-		if !op.reduce {
-			r.Op = "none"
+		if first {
+			must(rep.end())
+			if *plot != "" {
+				must(rep.plot(*plot, *overlay))
+			}
 		}
-		if !op.rooted {
-			r.Root = -1
-		}
-		for _, inPlace := range []bool{false, true} {
-			r.set(inPlace, b.run(count, inPlace, *iters, *check == 1), op.busFactor(float64(n)))
-		}
-		rep.add(r)
-	}
-	must(rep.end())
-	if *plot != "" {
-		must(rep.plot(*plot, *overlay))
-	}
-	// No rank ends before rank 0 has printed: a launcher stops the others
-	// once one exits with an error.
-	b.barrier()
-	must(b.close())
+		// No rank ends before rank 0 has printed: a launcher stops the
+		// others once one exits with an error.
+		b.barrier()
+		must(b.close())
+	})
 	must(closeComms(comms))
 	if rep.failed > 0 {
 		log.Fatalf("rank %d: %d checked runs found wrong elements (the #wrong columns)", job.Rank, rep.failed)

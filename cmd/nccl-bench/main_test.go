@@ -563,6 +563,11 @@ func TestCommandModes(t *testing.T) {
 		{"default", []string{"-np", "2", "-g", "2", "-op", "all_gather", "-G", "2"}},
 		{"vccl11", []string{"-np", "2", "-op", "alltoallv", "-G", "2", "-R", "2"}},
 		{"default", []string{"-np", "2", "-op", "broadcast", "-R", "2", "-r", "1"}},
+		// -t: a thread per GPU, or per two, alone and in a job.
+		{"default", []string{"-op", "all_reduce", "-t", "2", "-G", "3", "-R", "2"}},
+		{"v230", []string{"-op", "reduce_scatter", "-t", "3", "-R", "1", "-d", "uint8"}},
+		{"default", []string{"-op", "all_reduce", "-t", "2", "-g", "2"}},
+		{"default", []string{"-np", "2", "-t", "2", "-op", "all_gather", "-G", "2"}},
 	} {
 		args := append([]string{"-d", "int8", "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "-c", "1"}, tc.args...)
 		t.Run(tc.variant+"/"+strings.Join(tc.args, " "), func(t *testing.T) {
@@ -570,16 +575,29 @@ func TestCommandModes(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d\n%s%s", code, out, errOut)
 			}
-			g, r := "0", "0"
+			g, r, threads, gpus, procs := "0", "0", 1, 1, 1
 			for i, a := range args {
 				switch a {
 				case "-G":
 					g = args[i+1]
 				case "-R":
 					r = args[i+1]
+				case "-t":
+					threads, _ = strconv.Atoi(args[i+1])
+				case "-g":
+					gpus, _ = strconv.Atoi(args[i+1])
+				case "-np":
+					procs, _ = strconv.Atoi(args[i+1])
 				}
 			}
 			if want := "graph: " + g + " local_register: " + r; !strings.Contains(out, want) {
+				t.Errorf("the header does not say %q:\n%s", want, out)
+			}
+			want := fmt.Sprintf("# nranks %d: %d process(es) × %d GPU(s)", procs*gpus, procs, gpus)
+			if threads > 1 {
+				want = fmt.Sprintf("# nranks %d: %d process(es) × %d thread(s) × %d GPU(s)", procs*threads*gpus, procs, threads, gpus)
+			}
+			if !strings.Contains(out, want) {
 				t.Errorf("the header does not say %q:\n%s", want, out)
 			}
 			rows := tableRows(out)
@@ -598,10 +616,17 @@ func TestCommandModes(t *testing.T) {
 				Graph    *int   `json:"graph"`
 				Register int    `json:"local_register"`
 				Path     string `json:"path"`
+				Ranks    int    `json:"ranks"`
+				Threads  int    `json:"threads_per_process"`
+				PerProc  int    `json:"gpus_per_process"`
 				Rows     []row
 			}
 			if code != 0 || json.Unmarshal([]byte(jout), &doc) != nil {
 				t.Fatalf("-json: exit %d\n%s%s", code, jout, errOut)
+			}
+			if doc.Ranks != procs*threads*gpus || doc.Threads != threads || doc.PerProc != threads*gpus {
+				t.Errorf("-json: ranks %d, threads_per_process %d, gpus_per_process %d; want %d, %d, %d",
+					doc.Ranks, doc.Threads, doc.PerProc, procs*threads*gpus, threads, threads*gpus)
 			}
 			if doc.Graph == nil || strconv.Itoa(*doc.Graph) != g || strconv.Itoa(doc.Register) != r || len(doc.Rows) != len(rows) {
 				t.Errorf("-json: graph %v, local_register %d, %d rows:\n%s", doc.Graph, doc.Register, len(doc.Rows), jout)

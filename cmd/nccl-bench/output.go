@@ -65,7 +65,8 @@ type report struct {
 	path     string // native or grouped, for an operation that has both
 	ranks    int
 	job      launch.Job
-	gpus     int // per process
+	threads  int // per process (-t)
+	gpus     int // per thread
 	iters    int
 	warm     int
 	check    int
@@ -88,8 +89,12 @@ func (p *report) header() {
 	fmt.Fprintf(p.w, "# nccl-bench (gonccl) %s, NCCL %s from %s\n", p.op, p.lib.Version(), p.lib.Path)
 	// The parameters as nccl-tests' parameter line words them, so that one
 	// pattern finds them in either program's output.
-	fmt.Fprintf(p.w, "# nranks %d: %d process(es) × %d GPU(s), launcher %s; warmup iters: %d iters: %d validation: %d graph: %d local_register: %d\n",
-		p.ranks, p.job.Size, p.gpus, p.job.Launcher, p.warm, p.iters, p.check, p.graphs, p.register)
+	threads := ""
+	if p.threads > 1 {
+		threads = fmt.Sprintf(" × %d thread(s)", p.threads)
+	}
+	fmt.Fprintf(p.w, "# nranks %d: %d process(es)%s × %d GPU(s), launcher %s; warmup iters: %d iters: %d validation: %d graph: %d local_register: %d\n",
+		p.ranks, p.job.Size, threads, p.gpus, p.job.Launcher, p.warm, p.iters, p.check, p.graphs, p.register)
 	if p.graphs > 0 {
 		fmt.Fprintf(p.w, "# CUDA Graph mode: the %d iterations of each size captured into a graph per GPU, launched %d times\n", p.iters, p.graphs)
 	}
@@ -180,7 +185,7 @@ func (p *report) end() error {
 		return err
 	}
 	doc := map[string]any{"op": p.op, "nccl": p.lib.Version().String(), "ranks": p.ranks,
-		"processes": p.job.Size, "gpus_per_process": p.gpus, "rows": p.rows, "avg_busbw": avg,
+		"processes": p.job.Size, "threads_per_process": p.threads, "gpus_per_thread": p.gpus, "gpus_per_process": p.threads * p.gpus, "rows": p.rows, "avg_busbw": avg,
 		"warmup_iters": p.warm, "iterations": p.iters, "validation": p.check,
 		"graph": p.graphs, "local_register": p.register, "report_cputime": p.cpuTime, "register": registerNames[p.register], "allocator": p.alloc}
 	doc["out_of_bounds"] = map[string]any{"count": p.failed, "okay": p.failed == 0}
