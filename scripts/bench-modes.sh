@@ -23,6 +23,7 @@
 #   REPS=5 OPS="all_reduce sendrecv" CPUS=0-3 scripts/bench-modes.sh [OUT]
 #   MODES="plain graph" SIZES="-b 8 -e 8" ITERS="-n 2000 -w 1000" scripts/bench-modes.sh
 #   NP=4 OPS=all_reduce scripts/bench-modes.sh    # one process per GPU: both under mpirun
+#   GPUS="-t 4 -g 1" OPS=all_reduce scripts/bench-modes.sh   # one process, a thread per GPU (both programs' -t)
 #   SUMMARY=only REPS=2 OPS=... MODES=... scripts/bench-modes.sh OUT   # the tables again from OUT/runs
 #
 # Rows pair by element count: alltoallv's sizes differ in the two programs'
