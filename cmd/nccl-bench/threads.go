@@ -21,8 +21,7 @@ import (
 
 // newBenches makes one bench per thread over consecutive groups of g of
 // comms: all at once where there are several, as a symmetric window's
-// allocation waits for every rank. Benches made before a failure are
-// returned with it, for close.
+// allocation waits for every rank.
 func newBenches(lib *nccl.Library, comms []*nccl.Comm, threads, g int, s settings) ([]*bench, error) {
 	if threads == 1 {
 		b, err := newBench(lib, comms, s)
