@@ -183,18 +183,19 @@ run)
     # One process driving every GPU with its iterations captured into a graph
     # per GPU (-G): each GPU's capture is open while the others' end (EndCapture
     # instantiates the graphs once the last ends; before, CUDA refused with
-    # cudaError 900). Every checked result must be right (-c 1).
+    # cudaError 900); then a thread per GPU (-t), each capturing and launching
+    # its own. Every checked result must be right (-c 1).
     if [ "$GPUS" -ge 2 ]; then
       local mode
-      for mode in "-G 5" "-R 2 -G 5"; do
-        echo "\$ nccl-bench -g $GPUS $mode" >>"$log"
+      for mode in "-g $GPUS -G 5" "-g $GPUS -R 2 -G 5" "-t $GPUS -g 1 -R 2 -G 5" "-t $GPUS -g 1"; do
+        echo "\$ nccl-bench $mode" >>"$log"
         local bout
-        if bout=$(env "$@" timeout 120 .gpu/bin/nccl-bench -op all_reduce -d uint8 -g "$GPUS" $mode -b 8 -e 1M -f 32 -n 5 -w 1 -c 1 2>&1) &&
+        if bout=$(env "$@" timeout 120 .gpu/bin/nccl-bench -op all_reduce -d uint8 $mode -b 8 -e 1M -f 32 -n 5 -w 1 -c 1 2>&1) &&
           echo "$bout" | awk '/^ +[0-9]/ { rows++; for (i = 9; i <= 13; i += 4) if ($i == "0") ok++; else if ($i != "N/A") bad++ }
             END { exit !(rows > 0 && ok > 0 && bad == 0) }'; then
-          echo "   example ok:   nccl-bench -op all_reduce -d uint8 -g $GPUS $mode -c 1" | tee -a "$summary"
+          echo "   example ok:   nccl-bench -op all_reduce -d uint8 $mode -c 1" | tee -a "$summary"
         else
-          echo "   example FAIL: nccl-bench -op all_reduce -d uint8 -g $GPUS $mode -c 1" | tee -a "$summary"
+          echo "   example FAIL: nccl-bench -op all_reduce -d uint8 $mode -c 1" | tee -a "$summary"
         fi
         echo "$bout" >>"$log"
       done
