@@ -194,8 +194,9 @@ func ExampleGraph_Upload() {
 
 // One process driving several GPUs from CUDA graphs: a goroutine per GPU,
 // locked to its thread, captures its rank's step into a graph and replays it,
-// so that no one thread launches every GPU's graphs (on 4 × H200, 4.0 µs per
-// 8-byte all-reduce against 6.8 from one thread: docs/performance.md). A first
+// so that no one thread launches every GPU's graphs (on 4 × H200, 3.60 µs per
+// 8-byte all-reduce with symmetric buffers, as nccl-tests' -t 4, against about
+// 7 from one thread: docs/performance.md). A first
 // step runs in one group before the captures: NCCL connects the ranks at an
 // operation's first use, which needs every rank at once.
 func ExampleGraph_Launch() {
