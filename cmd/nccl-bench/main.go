@@ -66,6 +66,10 @@
 // "graph: N local_register: R" and -json carries "graph" and
 // "local_register".
 //
+// The header's first two lines name the NCCL and the CUDA runtime loaded: the
+// version, the file and what found it (an option, GONCCL_NCCL_LIB, the system
+// loader, ...); -json carries "nccl", "nccl_path", "cudart" and "cudart_path".
+//
 // -plot FILE draws the run's out-of-place busbw against size as an SVG
 // (-overlay a saved nccl-tests output beside it). -plot FILE -replot
 // label=file,... draws saved outputs of either program, on any machine, no

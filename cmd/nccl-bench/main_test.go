@@ -960,3 +960,39 @@ func TestCommandRanksCallOnTheirDevice(t *testing.T) {
 		}
 	})
 }
+
+// TestHeaderNamesLibraries: the header says which NCCL and which CUDA runtime
+// were loaded, from which file and found how, and -json carries the files and
+// the runtime's version (the fake runtime says 12.4).
+func TestHeaderNamesLibraries(t *testing.T) {
+	args := []string{"-op", "all_reduce", "-g", "2", "-b", "8", "-e", "8", "-n", "1", "-w", "1", "-c", "0"}
+	out, errOut, code := benchCommand(t, "default", args...)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	// The variables name the fakes' folders; the header names the files.
+	lib, rt := fakes.NCCL(t, "default")+"/libnccl.so.2", fakes.CUDART(t)+"/libcudart.so.12"
+	for _, want := range []string{
+		"# nccl-bench (gonccl) all_reduce, NCCL 2.28.3 from " + lib + " (GONCCL_NCCL_LIB)\n",
+		"# CUDA runtime 12.4 from " + rt + " (GONCCL_CUDART_LIB)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the header does not say %q:\n%s", want, out)
+		}
+	}
+	jout, errOut, code := benchCommand(t, "default", append(args, "-json")...)
+	if code != 0 {
+		t.Fatalf("-json: exit %d\n%s%s", code, jout, errOut)
+	}
+	var doc struct {
+		NCCLPath   string `json:"nccl_path"`
+		CUDART     string `json:"cudart"`
+		CUDARTPath string `json:"cudart_path"`
+	}
+	if err := json.Unmarshal([]byte(jout), &doc); err != nil {
+		t.Fatalf("-json: %v\n%s", err, jout)
+	}
+	if doc.NCCLPath != lib || doc.CUDART != "12.4" || doc.CUDARTPath != rt {
+		t.Errorf("-json: nccl_path %q, cudart %q, cudart_path %q; want %q, 12.4, %q", doc.NCCLPath, doc.CUDART, doc.CUDARTPath, lib, rt)
+	}
+}

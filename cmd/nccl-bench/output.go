@@ -86,7 +86,9 @@ func (p *report) header() {
 	if !p.show || p.json {
 		return
 	}
-	fmt.Fprintf(p.w, "# nccl-bench (gonccl) %s, NCCL %s from %s\n", p.op, p.lib.Version(), p.lib.Path)
+	fmt.Fprintf(p.w, "# nccl-bench (gonccl) %s, NCCL %s from %s (%s)\n", p.op, p.lib.Version(), p.lib.Path, p.lib.Via)
+	cu := p.lib.CUDA()
+	fmt.Fprintf(p.w, "# CUDA runtime %s from %s (%s)\n", cudaRuntime(cu), cu.Path, cu.Via)
 	// The parameters as nccl-tests' parameter line words them, so that one
 	// pattern finds them in either program's output.
 	threads := ""
@@ -189,6 +191,8 @@ func (p *report) end() error {
 		"warmup_iters": p.warm, "iterations": p.iters, "validation": p.check,
 		"graph": p.graphs, "local_register": p.register, "report_cputime": p.cpuTime, "register": registerNames[p.register], "allocator": p.alloc}
 	doc["out_of_bounds"] = map[string]any{"count": p.failed, "okay": p.failed == 0}
+	cu := p.lib.CUDA()
+	doc["nccl_path"], doc["cudart"], doc["cudart_path"] = p.lib.Path, cudaRuntime(cu), cu.Path
 	if p.path != "" {
 		doc["path"] = p.path
 	}
@@ -214,4 +218,13 @@ func (p *report) plot(file, overlay string) error {
 	}
 	title := fmt.Sprintf("%s, %d GPUs, NCCL %s: bus bandwidth (out of place)", p.op, p.ranks, p.lib.Version())
 	return os.WriteFile(file, []byte(svg(title, lines)), 0o644)
+}
+
+// cudaRuntime is the CUDA runtime's version as "13.0", or "unknown".
+func cudaRuntime(cu *nccl.CUDA) string {
+	v, err := cu.RuntimeVersion()
+	if err != nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("%d.%d", v/1000, v%1000/10)
 }
