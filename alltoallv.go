@@ -14,7 +14,8 @@ import (
 // matrices (the sender reads the receiver's displacement).
 //
 // In the local form (MPI's Alltoallv) each slice holds Size() entries: this
-// rank's row.
+// rank's row. What the rank sends to itself is what it receives from itself:
+// SendCounts[rank] must equal RecvCounts[rank].
 type Layout struct {
 	SendCounts, SendDispls, RecvCounts, RecvDispls []uint64
 }
@@ -153,6 +154,12 @@ func (m Layout) check(n, me, sendLen, recvLen int, local bool) error {
 		}
 	}
 	row := 0
+	if local && m.SendCounts[me] != m.RecvCounts[me] {
+		// The exchange's Send to this rank and its Recv from it pair up in
+		// its group; NCCL refuses a half left alone at the group's end (see
+		// Comm.checkSelf), the matrix form's check below covers it too.
+		return layoutError("rank %d sends %d elements to itself and expects %d", me, m.SendCounts[me], m.RecvCounts[me])
+	}
 	if !local {
 		row = me
 		for i := range n {

@@ -91,6 +91,9 @@ func (b Buffer) Slice(from, to int) Buffer {
 // Buffer.Free.
 func (cu *CUDA) Alloc(dev int, dt DataType, n int) (Buffer, error) {
 	const op = "cudaMalloc"
+	if cu == nil {
+		return Buffer{}, nilCUDA("Alloc")
+	}
 	size, err := bufferSize(op, dt, n)
 	if err != nil {
 		return Buffer{}, err
@@ -112,7 +115,9 @@ func (cu *CUDA) Alloc(dev int, dt DataType, n int) (Buffer, error) {
 }
 
 // Wrap describes memory allocated elsewhere: n elements of dt at ptr on device
-// dev. gonccl does not free it (Free refuses).
+// dev. gonccl does not free it (Free refuses). On a nil *CUDA (a library
+// opened WithoutCUDARuntime) it still describes it, for NCCL's operations;
+// copies to and from such a buffer are refused, there being no runtime.
 func (cu *CUDA) Wrap(dev int, ptr DevicePtr, dt DataType, n int) (Buffer, error) {
 	const op = "Wrap"
 	size, err := bufferSize(op, dt, n)
@@ -149,7 +154,7 @@ func (b Buffer) Free() error {
 	m := b.mem
 	switch {
 	case m == nil:
-		return argError(op, "the zero Buffer")
+		return argError(op, zeroBuffer)
 	case m.kind == allocForeign:
 		return argError(op, "memory from Wrap belongs to whoever allocated it")
 	case b.ptr != m.base || b.n != m.n:
@@ -179,9 +184,15 @@ func (b Buffer) Free() error {
 	return m.lib.memFree(m.dev, m.base)
 }
 
+// zeroBuffer is how errors name the zero Buffer.
+const zeroBuffer = "the zero Buffer (not allocated: make one with CUDA.Alloc, CUDA.MallocAsync, Library.MemAlloc or CUDA.Wrap)"
+
 func (b Buffer) cuda(op string) (*CUDA, error) {
-	if b.mem == nil || b.mem.cu == nil {
-		return nil, argError(op, "buffer has no CUDA runtime (zero Buffer, or its library was opened WithoutCUDARuntime)")
+	if b.mem == nil {
+		return nil, argError(op, zeroBuffer)
+	}
+	if b.mem.cu == nil {
+		return nil, argError(op, "buffer has no CUDA runtime (its library was opened WithoutCUDARuntime, or it was wrapped by a nil *CUDA)")
 	}
 	if b.mem.freed.Load() {
 		return nil, argError(op, "buffer at %#x was freed", uintptr(b.ptr))
@@ -267,6 +278,9 @@ func (b Buffer) MemsetAsync(v byte, s Stream) error {
 // DMA lands and work on a non-blocking stream is not ordered after it, so
 // CopyIn also waits for the device's legacy stream, which carries that DMA.
 func CopyIn[T Element](b Buffer, host []T) error {
+	if b.mem == nil { // before the type check: the zero Buffer's type means nothing
+		return argError("CopyIn", zeroBuffer)
+	}
 	if t := TypeOf[T](); t != b.dt {
 		return argError("CopyIn", "%v elements into a buffer of %v", t, b.dt)
 	}
@@ -279,6 +293,9 @@ func CopyIn[T Element](b Buffer, host []T) error {
 // them). After an operation, Comm.Wait or Stream.Synchronize first, or CopyOut
 // returns what b held before.
 func CopyOut[T Element](host []T, b Buffer) error {
+	if b.mem == nil { // before the type check: the zero Buffer's type means nothing
+		return argError("CopyOut", zeroBuffer)
+	}
 	if t := TypeOf[T](); t != b.dt {
 		return argError("CopyOut", "%v elements out of a buffer of %v", t, b.dt)
 	}

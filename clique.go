@@ -22,11 +22,20 @@ import (
 // NCCL on any of them.
 type clique struct {
 	key  uint64
-	gate atomic.Int32 // nonzero while an abort frees a member
+	gate atomic.Int32 // gateAbort while an abort frees a member; gateArrive (see arrive)
 	mu   sync.Mutex   // one abort at a time; guards members
 	refs int          // members, under the library's cliquesMu
 	mem  []*Comm
+
+	arrival arrival // one-goroutine cliques' first operations (see arrive)
 }
+
+// The clique's gate bits. Any bit sends an operation down the slow path
+// (Comm.reenter); only gateAbort keeps calls out.
+const (
+	gateAbort  = 1 << iota // an abort frees a member: nothing enters
+	gateArrive             // operations outside a Group meet first (see arrive)
+)
 
 // cliqueKey of ranks that join with id: every rank of one communicator in
 // this process passes the same id.
@@ -71,6 +80,7 @@ func (l *Library) joinClique(c *Comm, key uint64) {
 	q.mu.Lock()
 	q.mem = append(q.mem, c)
 	q.mu.Unlock()
+	q.arrival.members.Add(1)
 	c.q = q
 }
 
@@ -90,6 +100,7 @@ func (l *Library) leaveClique(c *Comm, locked bool) {
 	if !locked {
 		q.mu.Unlock()
 	}
+	q.arrival.members.Add(-1)
 	l.cliquesMu.Lock()
 	if q.refs--; q.refs == 0 && l.cliques[q.key] == q {
 		delete(l.cliques, q.key)
@@ -109,7 +120,7 @@ func (q *clique) busy(c *Comm) bool {
 
 // waitOpen waits while an abort holds the gate.
 func (q *clique) waitOpen() {
-	for i := 0; q.gate.Load() != 0; i++ {
+	for i := 0; q.gate.Load()&gateAbort != 0; i++ {
 		if i < 100 {
 			runtime.Gosched()
 		} else {
@@ -128,14 +139,14 @@ func (q *clique) waitOpen() {
 func (c *Comm) abortFree() error {
 	q := c.q
 	if q.mu.TryLock() {
-		q.gate.Store(1)
+		q.gate.Or(gateAbort)
 		if !q.busy(c) {
 			return c.freeGated()
 		}
 	} else {
 		go func() {
 			q.mu.Lock()
-			q.gate.Store(1)
+			q.gate.Or(gateAbort)
 			c.freeWhenQuiet()
 		}()
 		return nil
@@ -156,7 +167,7 @@ func (c *Comm) freeWhenQuiet() {
 // freeGated frees c (q.mu held, gate closed), then opens the gate.
 func (c *Comm) freeGated() error {
 	err := c.free(fnCommAbort)
-	c.q.gate.Store(0)
+	c.q.gate.And(^int32(gateAbort))
 	c.q.mu.Unlock()
 	return err
 }

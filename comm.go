@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -44,21 +45,42 @@ import (
 // Communicators are blocking unless Config.Blocking says otherwise (or
 // NCCL_COMM_BLOCKING=0), as in NCCL. A blocking communicator is the fast one
 // for plain launches: NCCL launches each operation of a non-blocking one from
-// a thread it starts for it (64 to 114 µs per small all-reduce on 2 × H100
-// against 9 to 14 µs blocking, docs/performance.md). Its init is still bounded
-// by the context: when the context ends first, InitRank (InitAll, GrowRank)
-// returns an error wrapping ctx.Err() while NCCL's init goes on, on a
-// goroutine of gonccl's, and the communicator is aborted when NCCL returns
-// (Library.Close refuses until then; a peer that never comes can keep that
-// goroutine for good). Split, Shrink, Grow and Close of a blocking
-// communicator block inside NCCL where no context reaches them; Wait gives up
-// at its context's end and aborts, in both modes.
+// a thread it starts for it (BenchmarkNonBlockingAllReduce).
+//
+// Every call that takes a context returns by its end in both modes. Close
+// waits for the communicator's work outside NCCL and aborts it if the context
+// ends first. Where NCCL waits inside a blocking call for other ranks (init,
+// InitAll, GrowRank, Split, Shrink, Grow), the call runs on a goroutine of
+// gonccl's: at the context's end the caller gets an error wrapping ctx.Err()
+// while NCCL's call goes on, and what it made or used is aborted when NCCL
+// returns (Library.Close refuses until then; a peer that never comes keeps
+// that goroutine for good). Wait gives up at its context's end and aborts, in
+// both modes.
 //
 // A non-blocking communicator (ncclConfig_t.blocking = 0) returns from init,
 // Split, Shrink, Grow and Close at once and lets gonccl wait for them outside
 // NCCL, so a context ending aborts the call inside NCCL and frees what it
-// took: the mode for services that must give up cleanly on a dead peer at
-// every step. See Comm.Blocking.
+// took, and no goroutine is left behind: the mode for services that must give
+// up cleanly on a dead peer at every step. See Comm.Blocking.
+//
+// # Several ranks in one process
+//
+// The ranks of one communicator that one goroutine made in this process
+// (InitAll, or InitRanks inside one Group) are driven either from one
+// goroutine, with each step's operations of every rank in one Group, or from a
+// goroutine per rank. NCCL connects the ranks inside their first operations: a
+// rank's first operation outside a Group waits for the others'. So gonccl
+// holds such a first operation, before NCCL, until every rank has one waiting
+// from a goroutine of its own, or until a Group launched operations of every
+// rank. The goroutine that made the ranks is refused after ArrivalGrace with
+// an error matching ErrInvalidUsage ("put the ranks' operations in one
+// Group"): it would otherwise wait inside NCCL for ranks it has yet to call.
+// Other goroutines wait as NCCL would, before NCCL, where Abort and Close
+// reach them. After the ranks met once, operations go straight to NCCL: a
+// later operation that connects anew (a Send to a new peer, a size that takes
+// a new algorithm) still waits inside NCCL for the other ranks, so one
+// goroutine keeps every step of several ranks in one Group. Ranks made by
+// several goroutines (InitRank from a goroutine per rank) are not held.
 type Comm struct {
 	lib      *Library
 	h        uintptr // ncclComm_t; valid while state says so, never cleared
@@ -87,6 +109,9 @@ type Comm struct {
 
 	keptMu sync.Mutex
 	kept   []*uintptr // where NCCL writes after a call returned (non-blocking Split, windows)
+
+	lastStream atomic.Uintptr // the stream of its last operation (see waitOutstanding)
+	streams    streamSet      // every stream its operations went to
 
 	q         *clique       // the ranks of its communicator held in this process
 	launching atomic.Bool   // a non-blocking launch runs (see busyError)
@@ -133,6 +158,7 @@ const (
 // the clique of key (see clique).
 func (l *Library) newComm(h uintptr, dev, rank, nranks int, blocking bool, cfg *configBuffer, key uint64) *Comm {
 	c := &Comm{lib: l, h: h, dev: dev, rank: rank, nranks: nranks, blocking: blocking, cfg: cfg, done: make(chan struct{})}
+	c.lastStream.Store(noStream)
 	l.joinClique(c, key)
 	l.track(c)
 	return c
@@ -174,7 +200,7 @@ func (c *Comm) enter(op string, closing bool) (uintptr, error) {
 		if s != stOpen && (!closing || s != stClosing) {
 			return 0, c.refuse(op)
 		}
-		if c.q.gate.Load() == 0 {
+		if c.q.gate.Load()&gateAbort == 0 {
 			return c.h, nil
 		}
 		c.exit()
@@ -197,7 +223,7 @@ func (c *Comm) admit() int {
 		c.exit()
 		return admitClosed
 	}
-	if c.q.gate.Load() != 0 {
+	if c.q.gate.Load()&gateAbort != 0 {
 		c.exit()
 		return admitGated
 	}
@@ -305,13 +331,25 @@ func (c *Comm) Abort() error {
 	return nil
 }
 
-// Close waits for the communicator's outstanding work, then frees it
-// (ncclCommFinalize, then ncclCommDestroy). Every rank closes its
-// communicator. If ctx ends first, or Abort is called meanwhile, the
-// communicator is aborted instead and the error wraps ctx.Err() (or matches
-// ErrClosed). Later calls return an error matching ErrClosed.
+// Close frees the communicator once its outstanding work is done, returning
+// by ctx's end in both modes: if ctx ends first, or Abort is called
+// meanwhile, the communicator is aborted instead and the error wraps ctx.Err()
+// (or matches ErrClosed). Every rank closes its communicator; later calls
+// return an error matching ErrClosed.
 //
-// Only a non-blocking communicator's Close can be interrupted (see Comm).
+// It waits, outside NCCL and under ctx, for the work enqueued on every stream
+// the communicator's operations used, then finalizes (ncclCommFinalize) and
+// destroys (ncclCommDestroy) it. A peer that died leaves that work waiting
+// for good: at ctx's end the communicator is aborted, which ends its kernels,
+// and nothing was inside NCCL. An asynchronous failure seen meanwhile (a peer's
+// connection closed) aborts it too and is returned. Should NCCL itself wait
+// inside a blocking communicator's finalize or destroy past ctx's end, Close
+// returns then with an error wrapping ctx.Err() that says so, and the
+// communicator is freed (aborted) when NCCL returns (Done is closed then). Of
+// a non-blocking communicator, NCCL waits for nothing inside.
+//
+// The ranks of one communicator held in this process (InitAll) may be closed
+// one after another from one goroutine, or together with CloseAll.
 //
 // A communicator that Shrink was called on with ShrinkAbort is aborted, not
 // finalized and destroyed: the shrink aborted its outstanding work, and NCCL
@@ -324,10 +362,13 @@ func (c *Comm) Abort() error {
 // they are destroyed, and launching them afterwards would use freed memory.
 // Destroy the graphs first (see Graph).
 func (c *Comm) Close(ctx context.Context) error {
+	const op = "Close"
 	if !c.made() {
-		return zeroComm("Close")
+		return zeroComm(op)
 	}
-	const op = "ncclCommFinalize"
+	if ctx == nil {
+		return nilContext(op)
+	}
 	if n := c.graphs.Load(); n > 0 && c.state() == stOpen {
 		return fmt.Errorf("%s: %d CUDA graph(s) or open capture(s) hold this communicator's operations; end and destroy them first: %w", op, n, ErrGraphsAlive)
 	}
@@ -351,25 +392,125 @@ func (c *Comm) Close(ctx context.Context) error {
 	// NCCL refuses ncclCommFinalize after ncclCommRevoke: a revoked
 	// communicator is already quiescent and is destroyed alone.
 	if !c.revoked.Load() {
-		h, err := c.enter(op, true)
-		if err != nil {
+		if c.blocking {
+			if err := c.waitOutstanding(ctx, op); err != nil {
+				if ctx.Err() != nil && !isClosed(err) {
+					err = fmt.Errorf("%s: the communicator's work had not finished when the context ended (a peer that died or never called leaves it waiting); communicator aborted: %w", op, ctx.Err())
+				}
+				return c.abortAfter(err)
+			}
+		}
+		if err := c.finalize(ctx, op); err != nil {
 			return err
-		}
-		err = c.lib.ncclCommFinalize(h)
-		c.exit()
-		if isInProgress(err) {
-			err = c.waitReady(ctx, op, true)
-		}
-		if err != nil {
-			return c.abortAfter(err)
 		}
 	}
 	if c.state() == stAborting {
 		// Abort came in meanwhile: it frees the communicator.
 		<-c.done
-		return &ClosedError{Op: "ncclCommDestroy", What: "communicator"}
+		return &ClosedError{Op: op + ": ncclCommDestroy", What: "communicator"}
+	}
+	if c.blocking {
+		return c.bounded(ctx, op+": ncclCommDestroy", func() error { return c.free(fnCommDestroy) }, nil, false)
 	}
 	return c.free(fnCommDestroy)
+}
+
+// CloseAll closes comms under one ctx, as Close closes each: the ranks of one
+// communicator held in this process (InitAll's) together. Communicators of
+// different devices close in parallel, those of one device in turn (NCCL
+// takes no calls in parallel on one device's communicators). It returns once
+// every Close has returned, their errors joined, each naming its rank.
+func CloseAll(ctx context.Context, comms []*Comm) error {
+	if ctx == nil {
+		return nilContext("CloseAll")
+	}
+	byDev := map[int][]*Comm{}
+	var devs []int
+	for _, c := range comms {
+		d := c.Device()
+		if _, ok := byDev[d]; !ok {
+			devs = append(devs, d)
+		}
+		byDev[d] = append(byDev[d], c)
+	}
+	errs := make([]error, len(devs))
+	var wg sync.WaitGroup
+	for i, d := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var de []error
+			for _, c := range byDev[d] {
+				if err := c.Close(ctx); err != nil {
+					de = append(de, fmt.Errorf("rank %d: %w", c.Rank(), err))
+				}
+			}
+			errs[i] = errors.Join(de...)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// finalize is Close's ncclCommFinalize, its state closing. A non-blocking
+// communicator's is waited for outside NCCL; a blocking one's runs on a
+// goroutine of its own, so that Close returns at ctx's end even if NCCL
+// waits inside it. Its errors abort the communicator.
+func (c *Comm) finalize(ctx context.Context, op string) error {
+	const fn = "ncclCommFinalize"
+	h, err := c.enter(op, true)
+	if err != nil {
+		return err
+	}
+	if c.blocking {
+		// The call stays counted until NCCL returns: an abort at ctx's end
+		// frees the communicator then, never under the call.
+		return c.bounded(ctx, op+": "+fn, func() error { return c.lib.ncclCommFinalize(h) }, c.exit, true)
+	}
+	err = c.lib.ncclCommFinalize(h)
+	c.exit()
+	if isInProgress(err) {
+		err = c.waitReady(ctx, op, true)
+	}
+	if err != nil {
+		return c.abortAfter(prefixed(op, err))
+	}
+	return nil
+}
+
+// bounded runs call, a blocking communicator's call that NCCL may wait
+// inside, on a goroutine of its own and waits for it until ctx ends; after,
+// if not nil, runs on that goroutine once call returns. If ctx ends first,
+// the error says that NCCL still runs call, and with abort the communicator
+// is aborted (freed once call has returned, see Comm.exit). A failure of call
+// aborts the communicator too (a destroy's failure has freed it already).
+func (c *Comm) bounded(ctx context.Context, what string, call func() error, after func(), abort bool) error {
+	res := make(chan error, 1)
+	go func() {
+		err := call()
+		if after != nil {
+			after()
+		}
+		res <- err
+	}()
+	select {
+	case err := <-res:
+		if err != nil {
+			return c.abortAfter(prefixed(what, err))
+		}
+		return nil
+	case <-ctx.Done():
+		if !abort { // freeing already: Done is closed when NCCL returns
+			return fmt.Errorf("%s had not returned when the context ended (NCCL waits inside it, where no context reaches); the communicator is freed when it returns (Comm.Done): %w", what, ctx.Err())
+		}
+		return c.abortAfter(fmt.Errorf("%s had not returned when the context ended (NCCL waits inside it, where no context reaches); the communicator is aborted when it returns (Comm.Done): %w", what, ctx.Err()))
+	}
+}
+
+// prefixed puts the Go method the user called before an error that names
+// the C function.
+func prefixed(method string, err error) error {
+	return fmt.Errorf("%s: %w", method, err)
 }
 
 // openOr is nil while the communicator is open, else op's error matching

@@ -137,6 +137,9 @@ func checkAsyncCopy(op string, b Buffer, dt DataType, n int, s Stream) error {
 // Free it with FreeHostOf.
 func MallocHostOf[T Element](cu *CUDA, n int) ([]T, error) {
 	var z T
+	if cu == nil {
+		return nil, nilCUDA("MallocHostOf")
+	}
 	size, err := bufferSize("cudaMallocHost", TypeOf[T](), n)
 	if err != nil {
 		return nil, err
@@ -154,6 +157,9 @@ func MallocHostOf[T Element](cu *CUDA, n int) ([]T, error) {
 // FreeHostOf frees memory from MallocHostOf: pass the slice it returned (a
 // sub-slice starting elsewhere is refused by CUDA; an empty one frees nothing).
 func FreeHostOf[T Element](cu *CUDA, p []T) error {
+	if cu == nil {
+		return nilCUDA("FreeHostOf")
+	}
 	if cap(p) == 0 {
 		return nil
 	}

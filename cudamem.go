@@ -34,6 +34,9 @@ const (
 // does not manage, from mmap). Registering a range that overlaps a registered
 // one fails with CUDAErrorHostMemoryAlreadyRegistered.
 func (cu *CUDA) HostRegister(p []byte, flags HostRegisterFlags) error {
+	if cu == nil {
+		return nilCUDA("HostRegister")
+	}
 	const op = "cudaHostRegister"
 	if len(p) == 0 {
 		return argError(op, "empty range")
@@ -50,6 +53,9 @@ func (cu *CUDA) HostRegister(p []byte, flags HostRegisterFlags) error {
 // HostUnregister unregisters memory registered by HostRegister; p starts where
 // the registered range started.
 func (cu *CUDA) HostUnregister(p []byte) error {
+	if cu == nil {
+		return nilCUDA("HostUnregister")
+	}
 	const op = "cudaHostUnregister"
 	if len(p) == 0 {
 		return argError(op, "empty range")
@@ -82,6 +88,9 @@ const (
 // Any cudaDeviceAttr value may be passed; one the runtime does not know is a
 // *CUDAError with cudaErrorInvalidValue.
 func (cu *CUDA) DeviceAttribute(dev int, a DeviceAttr) (int, error) {
+	if cu == nil {
+		return 0, nilCUDA("DeviceAttribute")
+	}
 	if err := checkDevice("cudaDeviceGetAttribute", dev); err != nil {
 		return 0, err
 	}
@@ -92,6 +101,9 @@ func (cu *CUDA) DeviceAttribute(dev int, a DeviceAttr) (int, error) {
 
 // ComputeCapability is device dev's compute capability (9, 0 for an H100).
 func (cu *CUDA) ComputeCapability(dev int) (major, minor int, err error) {
+	if cu == nil {
+		return 0, 0, nilCUDA("ComputeCapability")
+	}
 	if major, err = cu.DeviceAttribute(dev, DevAttrComputeCapabilityMajor); err != nil {
 		return 0, 0, err
 	}
@@ -101,12 +113,18 @@ func (cu *CUDA) ComputeCapability(dev int) (major, minor int, err error) {
 
 // MultiProcessorCount is device dev's number of streaming multiprocessors.
 func (cu *CUDA) MultiProcessorCount(dev int) (int, error) {
+	if cu == nil {
+		return 0, nilCUDA("MultiProcessorCount")
+	}
 	return cu.DeviceAttribute(dev, DevAttrMultiProcessorCount)
 }
 
 // CanAccessPeer reports whether device dev can access peer's memory directly
 // (cudaDeviceCanAccessPeer); false for dev == peer, as CUDA says.
 func (cu *CUDA) CanAccessPeer(dev, peer int) (bool, error) {
+	if cu == nil {
+		return false, nilCUDA("CanAccessPeer")
+	}
 	const op = "cudaDeviceCanAccessPeer"
 	if err := checkDevice(op, dev); err != nil {
 		return false, err
@@ -125,6 +143,9 @@ func (cu *CUDA) CanAccessPeer(dev, peer int) (bool, error) {
 // success and cleared from the thread's last error, so EnablePeerAccess can be
 // called by every goroutine that needs the access.
 func (cu *CUDA) EnablePeerAccess(dev, peer int) error {
+	if cu == nil {
+		return nilCUDA("EnablePeerAccess")
+	}
 	const op = "cudaDeviceEnablePeerAccess"
 	if err := checkInt32(op, "peer", peer, 0); err != nil {
 		return err
@@ -144,6 +165,9 @@ func (cu *CUDA) EnablePeerAccess(dev, peer int) error {
 // DisablePeerAccess ends device dev's access to peer's memory. Access not
 // enabled is a *CUDAError with CUDAErrorPeerAccessNotEnabled.
 func (cu *CUDA) DisablePeerAccess(dev, peer int) error {
+	if cu == nil {
+		return nilCUDA("DisablePeerAccess")
+	}
 	const op = "cudaDeviceDisablePeerAccess"
 	if err := checkInt32(op, "peer", peer, 0); err != nil {
 		return err
@@ -154,6 +178,9 @@ func (cu *CUDA) DisablePeerAccess(dev, peer int) error {
 // StreamPriorityRange is device dev's range of stream priorities: least is the
 // lowest priority (0), greatest the highest, a smaller number (-5 on an H100).
 func (cu *CUDA) StreamPriorityRange(dev int) (least, greatest int, err error) {
+	if cu == nil {
+		return 0, 0, nilCUDA("StreamPriorityRange")
+	}
 	var l, g int32
 	err = cu.OnDevice(dev, func() error { return cu.cudaDeviceGetStreamPriorityRange(&l, &g) })
 	return int(l), int(g), err
@@ -163,12 +190,18 @@ func (cu *CUDA) StreamPriorityRange(dev int) (least, greatest int, err error) {
 // (cudaStreamCreateWithPriority): a lower number runs first. CUDA clamps a
 // priority outside StreamPriorityRange into it; one that is not a C int is refused.
 func (cu *CUDA) NewStreamWithPriority(dev int, flags StreamFlags, priority int) (Stream, error) {
+	if cu == nil {
+		return Stream{}, nilCUDA("NewStreamWithPriority")
+	}
 	const op = "cudaStreamCreateWithPriority"
 	if priority < -1<<31 || priority > 1<<31-1 {
 		return Stream{}, argError(op, "priority %d is not a C int", priority)
 	}
 	var h uintptr
 	err := cu.OnDevice(dev, func() error { return cu.cudaStreamCreateWithPriority(&h, flags, priority) })
+	if err == nil {
+		destroyedStreams.Delete(h) // CUDA may hand out a destroyed stream's handle again
+	}
 	return Stream{cu: cu, h: h, dev: dev, life: new(streamLife)}, err
 }
 
@@ -194,6 +227,9 @@ func (s Stream) Priority() (int, error) {
 // Buffer's Free frees it in stream order on s (which must still exist then);
 // FreeAsync on another stream of the device. Neither waits. Stream-ordered allocation inside a capture is refused.
 func (cu *CUDA) MallocAsync(dt DataType, n int, s Stream) (Buffer, error) {
+	if cu == nil {
+		return Buffer{}, nilCUDA("MallocAsync")
+	}
 	const op = "cudaMallocAsync"
 	size, err := bufferSize(op, dt, n)
 	if err != nil {
@@ -232,7 +268,7 @@ func (b Buffer) FreeAsync(s Stream) error {
 	m := b.mem
 	switch {
 	case m == nil:
-		return argError(op, "the zero Buffer")
+		return argError(op, zeroBuffer)
 	case m.kind != allocStream:
 		return argError(op, "memory not from MallocAsync (use Free)")
 	case b.ptr != m.base:

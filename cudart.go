@@ -86,18 +86,34 @@ func (cu *CUDA) unsupported(sym int) error {
 // has reports whether the runtime exports an optional function.
 func (cu *CUDA) has(sym int) bool { return cu.fn[sym] != 0 }
 
+// A nil *CUDA (Library.CUDA's answer for a library opened
+// WithoutCUDARuntime) has no runtime to call: its methods return an error
+// matching ErrClosed (see nilCUDA), HasGraphs false, and ErrorName and
+// ErrorString gonccl's own name of the code. Wrap, WrapStream and
+// DefaultStream, which call no CUDA function, still describe memory and
+// streams for NCCL's operations.
+
 // ErrorName is cudaGetErrorName ("cudaErrorInvalidValue").
 func (cu *CUDA) ErrorName(e CUDAErrorCode) string {
+	if cu == nil {
+		return e.String()
+	}
 	return ccall.GoString(cu.cudaGetErrorName(e))
 }
 
 // ErrorString is cudaGetErrorString ("invalid argument").
 func (cu *CUDA) ErrorString(e CUDAErrorCode) string {
+	if cu == nil {
+		return e.String()
+	}
 	return ccall.GoString(cu.cudaGetErrorString(e))
 }
 
 // RuntimeVersion is cudaRuntimeGetVersion's code (12040 for 12.4).
 func (cu *CUDA) RuntimeVersion() (int, error) {
+	if cu == nil {
+		return 0, nilCUDA("RuntimeVersion")
+	}
 	var v int32
 	err := cu.cudaRuntimeGetVersion(&v)
 	return int(v), err
@@ -105,6 +121,9 @@ func (cu *CUDA) RuntimeVersion() (int, error) {
 
 // DriverVersion is cudaDriverGetVersion's code; 0 when no driver is installed.
 func (cu *CUDA) DriverVersion() (int, error) {
+	if cu == nil {
+		return 0, nilCUDA("DriverVersion")
+	}
 	var v int32
 	err := cu.cudaDriverGetVersion(&v)
 	return int(v), err
@@ -113,6 +132,9 @@ func (cu *CUDA) DriverVersion() (int, error) {
 // DeviceCount is the number of visible devices. No GPU or no driver is an error
 // matching ErrNoDevice.
 func (cu *CUDA) DeviceCount() (int, error) {
+	if cu == nil {
+		return 0, nilCUDA("DeviceCount")
+	}
 	var n int32
 	err := cu.cudaGetDeviceCount(&n)
 	return int(n), err
@@ -124,6 +146,9 @@ func (cu *CUDA) DeviceCount() (int, error) {
 // device 0's context in a process that does not use GPU 0. The thread then
 // stays on dev.
 func (cu *CUDA) OnDevice(dev int, fn func() error) error {
+	if cu == nil {
+		return nilCUDA("OnDevice")
+	}
 	if err := checkDevice("cudaSetDevice", dev); err != nil {
 		return err
 	}
@@ -165,6 +190,9 @@ func (cu *CUDA) noSuchDevice(dev int, err error) error {
 
 // DeviceSynchronize waits for all work on device dev.
 func (cu *CUDA) DeviceSynchronize(dev int) error {
+	if cu == nil {
+		return nilCUDA("DeviceSynchronize")
+	}
 	if err := checkDevice("cudaDeviceSynchronize", dev); err != nil {
 		return err
 	}
@@ -176,6 +204,9 @@ func (cu *CUDA) DeviceSynchronize(dev int) error {
 
 // MemGetInfo is device dev's free and total memory in bytes (cudaMemGetInfo).
 func (cu *CUDA) MemGetInfo(dev int) (free, total int, err error) {
+	if cu == nil {
+		return 0, 0, nilCUDA("MemGetInfo")
+	}
 	var f, t uintptr
 	err = cu.OnDevice(dev, func() error { return cu.cudaMemGetInfo(&f, &t) })
 	return int(f), int(t), err
@@ -184,6 +215,9 @@ func (cu *CUDA) MemGetInfo(dev int) (free, total int, err error) {
 // MallocHost allocates size bytes of page-locked host memory, usable by
 // asynchronous copies. Free it with FreeHost; Go does not.
 func (cu *CUDA) MallocHost(size int) ([]byte, error) {
+	if cu == nil {
+		return nil, nilCUDA("MallocHost")
+	}
 	if size <= 0 {
 		return nil, argError("cudaMallocHost", "size %d: must be positive", size)
 	}
@@ -199,6 +233,9 @@ func (cu *CUDA) MallocHost(size int) ([]byte, error) {
 
 // FreeHost frees memory from MallocHost.
 func (cu *CUDA) FreeHost(b []byte) error {
+	if cu == nil {
+		return nilCUDA("FreeHost")
+	}
 	if len(b) == 0 {
 		return nil
 	}
@@ -229,6 +266,9 @@ func (cu *CUDA) copyFromDevice(dst []byte, src DevicePtr) error {
 // MemcpyAsync enqueues a copy of n bytes from src to dst on s; both are device
 // or page-locked host addresses (the runtime tells which, by unified addressing).
 func (cu *CUDA) MemcpyAsync(dst, src uintptr, n int, s Stream) error {
+	if cu == nil {
+		return nilCUDA("MemcpyAsync")
+	}
 	if n < 0 {
 		return argError("cudaMemcpyAsync", "negative size %d", n)
 	}
@@ -240,6 +280,9 @@ func (cu *CUDA) MemcpyAsync(dst, src uintptr, n int, s Stream) error {
 
 // PointerAttributes says what memory p is: device (and which), host, or unknown.
 func (cu *CUDA) PointerAttributes(p uintptr) (PointerAttributes, error) {
+	if cu == nil {
+		return PointerAttributes{}, nilCUDA("PointerAttributes")
+	}
 	var a abi.PointerAttributes
 	err := cu.cudaPointerGetAttributes(unsafe.Pointer(&a), p)
 	return a, err

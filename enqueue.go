@@ -46,6 +46,9 @@ func (c *Comm) stream(sym int, args ...uintptr) error {
 	}
 	n := len(args)
 	args[n-2] = c.h
+	if h := args[n-1]; h != c.lastStream.Load() { // for Close (see waitOutstanding)
+		c.noteStream(h)
+	}
 	captured := false
 	if cu := l.cuda; cu != nil && cu.capt.n.Load() != 0 {
 		captured = cu.noteComm(c, args[n-1])
@@ -108,13 +111,19 @@ func busyError(op string) error {
 		"NCCL takes one call at a time on it and would have left it in error (issue a communicator's operations from one goroutine)"}
 }
 
-// reenter is the slow path of stream's enter: it undoes the count and
-// enters again, waiting while the clique's gate is closed, or returns the
-// error of a closed communicator.
+// reenter is the slow path of stream's enter: it undoes the count, meets
+// the clique's other ranks first where they must (see arrive), and enters
+// again, waiting while the clique's gate is closed, or returns the error of a
+// closed communicator.
 //
 //go:noinline
 func (c *Comm) reenter(op string) error {
 	c.exit()
+	if c.q.gate.Load()&gateArrive != 0 {
+		if err := c.arrive(op); err != nil {
+			return err
+		}
+	}
 	_, err := c.enter(op, false)
 	return err
 }

@@ -12,8 +12,41 @@ import (
 	"github.com/gonccl/nccl/abi"
 )
 
-// Sentinels for errors.Is. Every error gonccl returns carries context (the
-// operation, the file, NCCL's own last-error text) and matches one of these.
+// Sentinels for errors.Is. Every error gonccl returns names what failed (the
+// Go method or the C function, the file, NCCL's or CUDA's own text) and
+// matches at least one sentinel of this package, with three exceptions:
+//
+//   - the end of a context (InitRank, InitRankScalable, InitAll, GrowRank,
+//     Split, Shrink, Grow, Revoke, Wait, Close) gives an error that wraps
+//     ctx.Err(), matching context.DeadlineExceeded or context.Canceled;
+//   - an error your own function returned (Group, SimulateGroup,
+//     CUDA.OnDevice, CUDA.Capture) comes back as it was;
+//   - a library file that Open or OpenCUDA could not examine gives a
+//     *LoadError wrapping, through a *FileError, the system's error
+//     (errors.Is(err, fs.ErrPermission)).
+//
+// By type:
+//
+//   - *Error: a failed NCCL call, matching the sentinel of its result code
+//     (ErrInvalidArgument, ErrInvalidUsage, ErrSystem, ...), or an argument
+//     gonccl refused before any C call, matching ErrInvalidArgument (a nil
+//     context.Context, an unknown data type, a rank out of range, the zero
+//     Buffer, Stream or Event, ...).
+//   - *ClosedError (ErrClosed): a communicator, library, stream or graph
+//     used after its end, and one gonccl never made: the zero Comm, a nil
+//     *Comm, the zero Graph, a nil *Library, a nil *CUDA.
+//   - *CUDAError (ErrCUDA, and ErrNoDevice without a GPU): a failed CUDA
+//     runtime call; *CaptureError (ErrCapturing): a call an open stream
+//     capture forbids.
+//   - *UnsupportedError (ErrNotSupported): a function the loaded library
+//     lacks. ErrGraphsAlive and ErrRevoked: Close refused, and a revoked
+//     communicator's work, wrapped with what they concern.
+//   - Open and OpenCUDA: *MissingSymbolError (ErrMissingSymbol),
+//     *TooOldError (ErrTooOld), an *Error (ErrInvalidArgument) for a bad
+//     option, or a *LoadError wrapping the reason the search ended:
+//     ErrNotFound, ErrNotRegular, ErrNotELF, ErrWrongArch, ErrCorruptELF,
+//     ErrBadVersion, ErrDlopen, ErrInvalidArgument (a relative path), or
+//     the *Error of a failed ncclGetVersion.
 var (
 	// ErrNotSupported: the loaded library lacks an optional function or type.
 	ErrNotSupported = errors.New("not supported")
@@ -21,7 +54,9 @@ var (
 	ErrMissingSymbol = errors.New("required symbol missing")
 	// ErrTooOld: the library is older than MinVersion.
 	ErrTooOld = errors.New("library too old")
-	// ErrClosed: the communicator was destroyed or aborted, or the library closed.
+	// ErrClosed: the communicator was destroyed or aborted, the library
+	// closed, or the value is one gonccl never made (the zero Comm, a nil
+	// *Library or *CUDA).
 	ErrClosed = errors.New("closed")
 	// ErrGraphsAlive: Comm.Close refused because CUDA graphs captured
 	// through gonccl still hold the communicator's operations.
@@ -63,18 +98,22 @@ var resultSentinel = map[abi.Result]error{
 // text ends in "operation not permitted when stream is capturing") matches
 // ErrCapturing too, and its Msg says what to do.
 type Error struct {
-	Op   string     // the C function, e.g. "ncclAllReduce"
+	Op   string     // the C function, e.g. "ncclAllReduce", or the Go one that refused before any
 	Code abi.Result // NCCL's result code
 	Msg  string     // NCCL's last-error text, or gonccl's reason
+	// Method is the Go method called ("Close"), when the error says so
+	// before Op: "Close: ncclCommFinalize: ...". Empty when Op alone
+	// names the call.
+	Method string
 
 	capture bool // CUDA refused a call NCCL made during a capture
 }
 
 func (e *Error) Error() string {
 	if e.Msg == "" {
-		return fmt.Sprintf("%s: %v", e.Op, e.Code)
+		return fmt.Sprintf("%s: %v", opName(e.Method, e.Op), e.Code)
 	}
-	return fmt.Sprintf("%s: %v: %s", e.Op, e.Code, e.Msg)
+	return fmt.Sprintf("%s: %v: %s", opName(e.Method, e.Op), e.Code, e.Msg)
 }
 
 // Is matches the sentinel of the result code (ErrInvalidArgument, ...), and
@@ -87,14 +126,17 @@ func (e *Error) Is(target error) bool {
 	return ok && s == target
 }
 
-// ClosedError is the use of a destroyed or aborted communicator or a closed library.
+// ClosedError is the use of a destroyed or aborted communicator, a closed
+// library, a destroyed stream or graph, or one gonccl never made.
 type ClosedError struct {
 	Op   string
-	What string // "communicator" or "library"
+	What string // "communicator", "library", "stream (destroyed)", ...
+	// Method is the Go method called, printed before Op (see Error.Method).
+	Method string
 }
 
 func (e *ClosedError) Error() string {
-	return fmt.Sprintf("%s: use of a closed %s", e.Op, e.What)
+	return fmt.Sprintf("%s: use of a closed %s", opName(e.Method, e.Op), e.What)
 }
 
 func (e *ClosedError) Is(target error) bool { return target == ErrClosed }
@@ -143,13 +185,15 @@ type CUDAError struct {
 	Op   string        // e.g. "cudaMalloc"
 	Code abi.CudaError // cudaError_t
 	Msg  string        // cudaGetErrorString's text
+	// Method is the Go method called, printed before Op (see Error.Method).
+	Method string
 }
 
 func (e *CUDAError) Error() string {
 	if e.Msg == "" {
-		return fmt.Sprintf("%s: %v", e.Op, e.Code)
+		return fmt.Sprintf("%s: %v", opName(e.Method, e.Op), e.Code)
 	}
-	return fmt.Sprintf("%s: %v: %s", e.Op, e.Code, e.Msg)
+	return fmt.Sprintf("%s: %v: %s", opName(e.Method, e.Op), e.Code, e.Msg)
 }
 
 func (e *CUDAError) Is(target error) bool {
@@ -160,6 +204,76 @@ func (e *CUDAError) Is(target error) bool {
 		return e.Code == abi.CudaErrorNoDevice || e.Code == abi.CudaErrorInsufficientDriver
 	}
 	return false
+}
+
+// opName is how an error names its call: "Method: Op" when the Go method
+// called is known and is not the C function itself, else Op alone.
+func opName(method, op string) string {
+	if method == "" || method == op {
+		return op
+	}
+	return method + ": " + op
+}
+
+// inMethod names method, the exported Go method a caller called, at the
+// front of err's text, so that "ncclCommFinalize: ..." reads "Close:
+// ncclCommFinalize: ...". An *Error, *ClosedError or *CUDAError at the top
+// of err is copied with Method set, never changed in place (some are shared:
+// every ncclInProgress result of a function is one value), and keeps its
+// type for callers that assert it. Any other error is wrapped as "method:
+// err", which keeps errors.Is and errors.As. An error whose text already
+// begins with method (the zero Comm's, say) and nil pass unchanged.
+func inMethod(method string, err error) error {
+	switch e := err.(type) {
+	case nil:
+		return nil
+	case *Error:
+		if e.Method == "" && e.Op != method {
+			c := *e
+			c.Method = method
+			return &c
+		}
+		return err
+	case *ClosedError:
+		if e.Method == "" && e.Op != method {
+			c := *e
+			c.Method = method
+			return &c
+		}
+		return err
+	case *CUDAError:
+		if e.Method == "" && e.Op != method {
+			c := *e
+			c.Method = method
+			return &c
+		}
+		return err
+	}
+	if strings.HasPrefix(err.Error(), method+": ") {
+		return err
+	}
+	return fmt.Errorf("%s: %w", method, err)
+}
+
+// nilLibrary is the error of a method called on a nil *Library. As os.File's
+// methods refuse a nil *File rather than panic, gonccl's refuse a nil
+// library: one never opened counts as a closed one.
+func nilLibrary(method string) error {
+	return &ClosedError{Op: method, What: "library (a nil *Library, which Open did not make)"}
+}
+
+// nilCUDA is the error of a method called on a nil *CUDA, which is what
+// Library.CUDA returns for a library opened WithoutCUDARuntime: there is no
+// runtime to call, as after a close.
+func nilCUDA(method string) error {
+	return &ClosedError{Op: method, What: "CUDA runtime (a nil *CUDA, as Library.CUDA returns WithoutCUDARuntime)"}
+}
+
+// nilContext is the refusal of a nil context.Context, which the context
+// package forbids passing: it would panic at the first look at it, possibly
+// after NCCL was called.
+func nilContext(method string) error {
+	return &Error{Op: method, Code: abi.InvalidArgument, Msg: "nil context.Context (pass context.Background() or context.TODO() for none)"}
 }
 
 // ---- the library search ----

@@ -459,21 +459,21 @@ func TestFakeOneThreadNeedsGroup(t *testing.T) {
 	})
 }
 
-// TestFakeOneThreadBlockingSaysWhy: the same with blocking communicators
-// (ncclCommInitAll) hangs inside ncclAllReduce, as NCCL does; the fake says
-// why on stderr (after FAKENCCL_CONNECT_WARN_MS, 10 s by default).
-func TestFakeOneThreadBlockingSaysWhy(t *testing.T) {
+// TestFakeOneThreadBlockingRefused: the same with blocking communicators
+// (ncclCommInitAll) would hang inside ncclAllReduce, as NCCL does (the fake
+// says why on stderr after FAKENCCL_CONNECT_WARN_MS). gonccl refuses the call
+// before C once the maker of the ranks has waited ArrivalGrace (the default,
+// in a process of its own) for the other ranks from other goroutines.
+func TestFakeOneThreadBlockingRefused(t *testing.T) {
 	p := startMP(t, "child", "onethread", "FAKENCCL_CONNECT_WARN_MS=100")
 	p.waitFor(t, "STARTED", 20*time.Second)
-	p.waitFor(t, "fakenccl: ncclAllReduce on rank 0 waits for rank 1 to connect: one thread driving several ranks of a communicator needs ncclGroupStart/ncclGroupEnd", 5*time.Second)
-	select {
-	case err := <-p.done:
-		p.done <- err
-		t.Fatalf("the child ended (%v): its all-reduce should hang; output:\n%s", err, p.out)
-	case <-time.After(300 * time.Millisecond):
+	p.waitFor(t, "REFUSED", nccl.ArrivalGrace+2*time.Second)
+	out := p.out.String()
+	if strings.Contains(out, "fakenccl: ncclAllReduce on rank 0 waits") || strings.Contains(out, "RETURNED") {
+		t.Fatalf("the call reached the fake library; output:\n%s", out)
 	}
-	if strings.Contains(p.out.String(), "RETURNED") {
-		t.Fatalf("rank 0's all-reduce returned; output:\n%s", p.out)
+	if !strings.Contains(out, "ncclInvalidUsage") || !strings.Contains(out, "one Group") {
+		t.Fatalf("refused without ncclInvalidUsage and the advice; output:\n%s", out)
 	}
 }
 
@@ -1203,12 +1203,17 @@ func mpOneThread(t *testing.T) {
 	cu := l.CUDA()
 	runtime.LockOSThread()
 	fmt.Println("STARTED")
+	start := time.Now()
 	for r, c := range comms {
 		b, err := cu.Alloc(r, nccl.Float32, 16)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := c.AllReduce(b, b, nccl.Sum, nccl.Stream{}); err != nil {
+			if errors.Is(err, nccl.ErrInvalidUsage) && time.Since(start) < nccl.ArrivalGrace+time.Second {
+				fmt.Println("REFUSED", err)
+				return
+			}
 			t.Fatal(err)
 		}
 		fmt.Println("RETURNED", r)

@@ -34,6 +34,9 @@ func (c *Comm) Revoke(ctx context.Context) error {
 	if !c.made() {
 		return zeroComm("Revoke")
 	}
+	if ctx == nil {
+		return nilContext("Revoke")
+	}
 	const op = "ncclCommRevoke"
 	if c.lib.fn[fnCommRevoke] == 0 {
 		return c.lib.unsupported(fnCommRevoke)
@@ -64,8 +67,9 @@ func (c *Comm) Revoke(ctx context.Context) error {
 }
 
 // Shrink makes a communicator of c's ranks without those in exclude
-// (ncclCommShrink, NCCL >= 2.27), renumbered in order: rank r becomes r minus
-// the number of excluded ranks below it. Every rank not excluded calls it with
+// (ncclCommShrink, NCCL >= 2.27), returning by ctx's end in both modes as
+// Split does, renumbered in order: rank r becomes r minus the number of
+// excluded ranks below it. Every rank not excluded calls it with
 // the same list; excluded ranks do not call it, and may be dead. flags is
 // ShrinkDefault or ShrinkAbort. cfg may be nil; the new communicator keeps
 // c's blocking mode. An excluded rank out of range, listed twice, or the
@@ -75,6 +79,9 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int, cfg *Config, flags int
 	if !c.made() {
 		var z0 *Comm
 		return z0, zeroComm("Shrink")
+	}
+	if ctx == nil {
+		return nil, nilContext("Shrink")
 	}
 	const op = "ncclCommShrink"
 	if c.lib.fn[fnCommShrink] == 0 {
@@ -142,7 +149,8 @@ func (c *Comm) GrowID() (UniqueID, error) {
 }
 
 // Grow makes a communicator of nranks ranks from c and new ranks (ncclCommGrow,
-// NCCL >= 2.29.2): c's ranks keep their numbers, the new ranks (which call
+// NCCL >= 2.29.2), returning by ctx's end in both modes as Split does: c's
+// ranks keep their numbers, the new ranks (which call
 // Library.GrowRank) take the others. Every rank of c calls it; the rank that
 // called GrowID passes the id, the others nil. cfg may be nil; the new
 // communicator keeps c's blocking mode.
@@ -150,6 +158,9 @@ func (c *Comm) Grow(ctx context.Context, nranks int, id *UniqueID, cfg *Config) 
 	if !c.made() {
 		var z0 *Comm
 		return z0, zeroComm("Grow")
+	}
+	if ctx == nil {
+		return nil, nilContext("Grow")
 	}
 	const op = "ncclCommGrow"
 	if c.lib.fn[fnCommGrow] == 0 {
@@ -174,6 +185,12 @@ func (c *Comm) Grow(ctx context.Context, nranks int, id *UniqueID, cfg *Config) 
 // every rank has joined, as InitRank does.
 func (l *Library) GrowRank(ctx context.Context, dev int, id UniqueID, nranks, rank int, cfg *Config) (*Comm, error) {
 	const op = "ncclCommGrow"
+	if l == nil {
+		return nil, nilLibrary("GrowRank")
+	}
+	if ctx == nil {
+		return nil, nilContext("GrowRank")
+	}
 	if l.fn[fnCommGrow] == 0 {
 		return nil, l.unsupported(fnCommGrow)
 	}

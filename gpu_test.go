@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 
@@ -202,14 +201,6 @@ func TestGPUCollectivesMultiProcess(t *testing.T) {
 			t.Errorf("rank %d process: %v", r, err)
 		}
 	}
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // TestGPUChildRank is one rank of TestGPUCollectivesMultiProcess.

@@ -90,6 +90,9 @@ var graphSyms = [...]int{cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstan
 
 // HasGraphs reports whether the runtime exports what Capture needs (CUDA >= 11.4).
 func (cu *CUDA) HasGraphs() bool {
+	if cu == nil {
+		return false
+	}
 	for _, sym := range graphSyms {
 		if !cu.has(sym) {
 			return false
@@ -104,6 +107,9 @@ func (cu *CUDA) HasGraphs() bool {
 // Capture for what a capture means for goroutines and which calls it refuses.
 // A runtime without graphs gives an error matching ErrNotSupported.
 func (cu *CUDA) BeginCapture(s Stream) error {
+	if cu == nil {
+		return nilCUDA("BeginCapture")
+	}
 	const op = "cudaStreamBeginCapture"
 	for _, sym := range graphSyms {
 		if !cu.has(sym) {
@@ -144,6 +150,9 @@ func (cu *CUDA) BeginCapture(s Stream) error {
 // returns the error of any of them that fails to instantiate, and that
 // graph's Launch returns it too.
 func (cu *CUDA) EndCapture(s Stream) (*Graph, error) {
+	if cu == nil {
+		return nil, nilCUDA("EndCapture")
+	}
 	const op = "cudaStreamEndCapture"
 	cu.capt.mu.Lock()
 	i := -1
@@ -327,6 +336,9 @@ func (g *Graph) notInstantiated(op string) error {
 // inner captures are instantiated when the outermost (the goroutine's last)
 // capture ends (see EndCapture); launch them after that.
 func (cu *CUDA) Capture(s Stream, fn func() error) (g *Graph, err error) {
+	if cu == nil {
+		return nil, nilCUDA("Capture")
+	}
 	if err := cu.BeginCapture(s); err != nil {
 		return nil, err
 	}

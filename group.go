@@ -61,6 +61,12 @@ import (
 // group launches, after the CUDA work fn itself enqueued (as in NCCL, where a
 // group's operations reach their streams at ncclGroupEnd).
 func (l *Library) Group(fn func() error) (err error) {
+	if l == nil {
+		return nilLibrary("Group")
+	}
+	if fn == nil { // refused before the group opens: nothing to undo
+		return argError("Group", "nil function")
+	}
 	g, mark, err := l.groupBegin()
 	if err != nil {
 		return err
@@ -346,7 +352,11 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 	// One deferred call, which the compiler open-codes: the members' launch
 	// marks cleared, then their counts given back.
 	defer launched(g.comms)
-	return l.launchAdmitted(g, end, endArg)
+	err := l.launchAdmitted(g, end, endArg)
+	if err == nil && end == fnGroupEnd {
+		metInGroup(g.comms)
+	}
+	return err
 }
 
 // launched ends launch: it clears the non-blocking members' launch marks,
@@ -374,6 +384,9 @@ func (l *Library) launchAdmitted(g *groupRec, end int, endArg uintptr) error {
 	for i := range g.ops {
 		op, args := &g.ops[i], &g.calls[i+1].Args
 		args[op.n-2] = op.c.h
+		if h := args[op.n-1]; h != op.c.lastStream.Load() {
+			op.c.noteStream(h)
+		}
 		if cu := l.cuda; cu != nil && cu.capt.n.Load() != 0 {
 			captured = cu.noteComm(op.c, args[op.n-1]) || captured
 		}

@@ -2,7 +2,6 @@ package nccl
 
 import (
 	"encoding/hex"
-	"fmt"
 
 	"github.com/gonccl/nccl/abi"
 )
@@ -19,6 +18,9 @@ type UniqueID abi.UniqueID
 // from that address and nothing is started.
 func (l *Library) GetUniqueID() (UniqueID, error) {
 	var id UniqueID
+	if l == nil {
+		return id, nilLibrary("GetUniqueID")
+	}
 	if err := l.live("ncclGetUniqueId"); err != nil {
 		return id, err
 	}
@@ -34,6 +36,9 @@ func (id UniqueID) MarshalText() ([]byte, error) { return []byte(id.String()), n
 
 // UnmarshalText implements encoding.TextUnmarshaler.
 func (id *UniqueID) UnmarshalText(b []byte) error {
+	if id == nil {
+		return argError("UnmarshalText", "nil *UniqueID")
+	}
 	v, err := ParseUniqueID(string(b))
 	if err != nil {
 		return err
@@ -47,10 +52,14 @@ func (id UniqueID) MarshalBinary() ([]byte, error) {
 	return append([]byte(nil), id.Internal[:]...), nil
 }
 
-// UnmarshalBinary takes exactly 128 bytes.
+// UnmarshalBinary takes exactly 128 bytes; another length is an error
+// matching ErrInvalidArgument.
 func (id *UniqueID) UnmarshalBinary(b []byte) error {
 	if len(b) != abi.UniqueIDBytes {
-		return fmt.Errorf("gonccl: unique id is %d bytes, want %d", len(b), abi.UniqueIDBytes)
+		return argError("UnmarshalBinary", "unique id is %d bytes, want %d", len(b), abi.UniqueIDBytes)
+	}
+	if id == nil {
+		return argError("UnmarshalBinary", "nil *UniqueID")
 	}
 	copy(id.Internal[:], b)
 	return nil

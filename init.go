@@ -53,6 +53,12 @@ func withBlocking(cfg *Config, blocking bool) *Config {
 // error wrapping ctx.Err() when ctx ends first (see Comm for what each mode
 // does then).
 func (l *Library) InitRank(ctx context.Context, dev int, id UniqueID, nranks, rank int, cfg *Config) (*Comm, error) {
+	if l == nil {
+		return nil, nilLibrary("InitRank")
+	}
+	if ctx == nil {
+		return nil, nilContext("InitRank")
+	}
 	const op = "ncclCommInitRankConfig"
 	if err := checkInitArgs(op, dev, nranks, rank); err != nil {
 		return nil, err
@@ -65,6 +71,12 @@ func (l *Library) InitRank(ctx context.Context, dev int, id UniqueID, nranks, ra
 // InitRankScalable is InitRank with the bootstrap spread over several roots,
 // one per id (ncclCommInitRankScalable, NCCL >= 2.23).
 func (l *Library) InitRankScalable(ctx context.Context, dev int, ids []UniqueID, nranks, rank int, cfg *Config) (*Comm, error) {
+	if l == nil {
+		return nil, nilLibrary("InitRankScalable")
+	}
+	if ctx == nil {
+		return nil, nilContext("InitRankScalable")
+	}
 	const op = "ncclCommInitRankScalable"
 	if l.fn[fnCommInitRankScalable] == 0 {
 		return nil, l.unsupported(fnCommInitRankScalable)
@@ -114,12 +126,14 @@ func (l *Library) initComm(ctx context.Context, op string, dev, nranks, rank int
 		if err != nil {
 			return nil, err
 		}
+		comms[0].q.claim()
 		return comms[0], nil
 	}
 	c, err := l.makeComm(op, dev, nranks, rank, cfg, blocking, key, call)
 	if err != nil {
 		return nil, err
 	}
+	c.q.claim()
 	if g := l.recording(); g != nil {
 		// Inside a Group NCCL joins the communicator at ncclGroupEnd: the
 		// Group waits for it there, and aborts it if the Group fails (see
@@ -244,6 +258,12 @@ func (l *Library) checkInitAllDevices(op string, devs []int) error {
 // inside. ctx bounds it as it bounds InitRank. On failure no communicator is
 // left open.
 func (l *Library) InitAll(ctx context.Context, devs []int, cfg *Config) ([]*Comm, error) {
+	if l == nil {
+		return nil, nilLibrary("InitAll")
+	}
+	if ctx == nil {
+		return nil, nilContext("InitAll")
+	}
 	const op = "ncclCommInitAll"
 	if err := l.live(op); err != nil {
 		return nil, err
@@ -260,10 +280,17 @@ func (l *Library) InitAll(ctx context.Context, devs []int, cfg *Config) ([]*Comm
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	var comms []*Comm
+	var err error
 	if blockingFor(cfg) && ctx.Done() != nil && l.recording() == nil {
-		return l.bounded(ctx, op, func() ([]*Comm, error) { return l.initAll(context.Background(), devs, cfg) })
+		comms, err = l.bounded(ctx, op, func() ([]*Comm, error) { return l.initAll(context.Background(), devs, cfg) })
+	} else {
+		comms, err = l.initAll(ctx, devs, cfg)
 	}
-	return l.initAll(ctx, devs, cfg)
+	for _, c := range comms {
+		c.q.claim() // made by this goroutine: see arrive
+	}
+	return comms, err
 }
 
 func (l *Library) initAll(ctx context.Context, devs []int, cfg *Config) ([]*Comm, error) {
@@ -339,15 +366,18 @@ func (l *Library) initAllGrouped(ctx context.Context, devs []int, cfg *Config) (
 }
 
 // Split creates a communicator of the ranks of c that pass the same color,
-// ordered by key, then by their rank in c (ncclCommSplit, NCCL >= 2.18). Every
+// ordered by key, then by their rank in c (ncclCommSplit, NCCL >= 2.18),
+// returning by ctx's end in both modes (then c is aborted too: NCCL cannot
+// abandon a split half done; a blocking one is freed once NCCL returns). Every
 // rank of c calls it. A rank passing SplitNoColor gets a nil communicator and
-// no error. cfg may be nil; the new communicator has c's blocking mode. Only
-// the Split of a non-blocking communicator can be ended by ctx, which then
-// aborts c too: NCCL cannot abandon a split half done.
+// no error. cfg may be nil; the new communicator has c's blocking mode.
 func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (*Comm, error) {
 	if !c.made() {
 		var z0 *Comm
 		return z0, zeroComm("Split")
+	}
+	if ctx == nil {
+		return nil, nilContext("Split")
 	}
 	const op = "ncclCommSplit"
 	l := c.lib
@@ -391,7 +421,7 @@ func (c *Comm) derive(ctx context.Context, op string, cfg *Config, color int, no
 	}
 	out := new(uintptr)
 	var buf *configBuffer
-	err := l.onDevice(op, c.dev, func() error {
+	body := func() error {
 		var ptr uintptr
 		var err error
 		if buf, ptr, err = l.encodeConfig(op, withBlocking(cfg, blocking)); err != nil {
@@ -404,7 +434,33 @@ func (c *Comm) derive(ctx context.Context, op string, cfg *Config, color int, no
 		err = call(h, uintptr(unsafe.Pointer(out)), ptr)
 		c.exit()
 		return err
-	})
+	}
+	var err error
+	if blocking && ctx.Done() != nil {
+		// A blocking derive waits inside NCCL for the other ranks (their
+		// bootstrap exchange), where no context reaches: it runs on a
+		// goroutine of its own, and at ctx's end c is aborted (freed once
+		// the call returns, never under it) and so is what it made.
+		res := make(chan error, 1)
+		go func() { res <- l.onDevice(op, c.dev, body) }()
+		select {
+		case err = <-res:
+		case <-ctx.Done():
+			c.Abort()
+			l.givenUp.Add(1)
+			go func() {
+				<-res
+				if nh := atomic.LoadUintptr(out); nh != 0 {
+					l.ncclCommAbort(nh)
+				}
+				buf.free()
+				l.givenUp.Add(-1)
+			}()
+			return nil, fmt.Errorf("%s had not returned when the context ended (a blocking communicator's %s waits inside NCCL for the other ranks, where no context reaches); the communicator is aborted, freed when NCCL returns, and what the call makes with it: %w", op, op, ctx.Err())
+		}
+	} else {
+		err = l.onDevice(op, c.dev, body)
+	}
 	if isInProgress(err) || err == nil && !c.blocking {
 		if err = c.waitReady(ctx, op, false); err != nil {
 			err = c.abortAfter(err)
@@ -425,6 +481,7 @@ func (c *Comm) derive(ctx context.Context, op string, cfg *Config, color int, no
 		return nil, err
 	}
 	nc := l.newComm(nh, c.dev, -1, -1, blocking, buf, key)
+	nc.q.claim()
 	if err := nc.ready(ctx, op); err != nil {
 		return nil, err
 	}

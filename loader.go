@@ -262,7 +262,7 @@ func (s *searcher) loader() (LibraryFile, bool, error) {
 			}
 			h, err := dlopen(so, mode)
 			if err != nil && via == ViaAlreadyLoaded {
-				err = errors.New("not loaded")
+				err = errNotMapped
 			}
 			if f, ok := s.take(via, so, h, err); ok {
 				return f, true, nil
@@ -270,6 +270,16 @@ func (s *searcher) loader() (LibraryFile, bool, error) {
 		}
 	}
 	return LibraryFile{}, false, nil
+}
+
+// errNotMapped is the answer of the look among the libraries already mapped
+// that finds none of the name: the file was not found there.
+var errNotMapped = fmt.Errorf("%w among the libraries already mapped", ErrNotFound)
+
+// relativePath refuses a relative path, which would make the library depend
+// on the working directory.
+func relativePath(val string) error {
+	return fmt.Errorf("%w: %s is not an absolute path", ErrInvalidArgument, quoteValue(val))
 }
 
 // envError says which variable (or option) held val, quoted and bounded.
@@ -296,7 +306,7 @@ func mappedPathOr(h uintptr, tried string) string {
 // are refused, so the working directory is never searched implicitly.
 func candidates(spec libSpec, val string) ([]string, error) {
 	if !filepath.IsAbs(val) {
-		return nil, fmt.Errorf("%s is not an absolute path", quoteValue(val))
+		return nil, relativePath(val)
 	}
 	st, err := os.Stat(val)
 	if err != nil {
@@ -320,7 +330,7 @@ func candidates(spec libSpec, val string) ([]string, error) {
 // reported as one.
 func homePaths(spec libSpec, h homeDir, val string) ([]string, error) {
 	if !filepath.IsAbs(val) {
-		return nil, fmt.Errorf("%s is not an absolute path", quoteValue(val))
+		return nil, relativePath(val)
 	}
 	var out []string
 	var firstErr error

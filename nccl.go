@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/internal/ccall"
@@ -23,7 +24,9 @@ type Library struct {
 	version abi.Version
 	fn      [numNCCLSymbols]uintptr
 	a2avABI int // 10 or 11 arguments: the ncclAlltoAllv form in use
-	cuda    *CUDA
+	// How long a clique's maker waits for its other ranks (see arrive).
+	arrivalGrace time.Duration
+	cuda         *CUDA
 
 	closed  atomic.Bool
 	givenUp atomic.Int32 // blocking inits whose context ended while they run on inside NCCL (see bounded)
@@ -65,7 +68,7 @@ func Open(opts ...Option) (*Library, error) {
 		if v := os.Getenv("GONCCL_ALLTOALLV_ABI"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil {
-				return nil, fmt.Errorf("gonccl: GONCCL_ALLTOALLV_ABI=%q: want 10 or 11", v)
+				return nil, argError("Open", "GONCCL_ALLTOALLV_ABI=%s: want 10 or 11", quoteValue(v))
 			}
 			o.a2avABI = n
 		} else {
@@ -73,7 +76,7 @@ func Open(opts ...Option) (*Library, error) {
 		}
 	}
 	if o.a2avABI != 10 && o.a2avABI != 11 {
-		return nil, fmt.Errorf("gonccl: ncclAlltoAllv ABI %d: want 10 or 11 arguments", o.a2avABI)
+		return nil, argError("Open", "ncclAlltoAllv ABI %d: want 10 or 11 arguments", o.a2avABI)
 	}
 
 	file, err := search(ncclSpec, o.nccl, os.Getenv)
@@ -81,6 +84,10 @@ func Open(opts ...Option) (*Library, error) {
 		return nil, err
 	}
 	l := &Library{LibraryFile: file, a2avABI: o.a2avABI}
+	l.arrivalGrace = ArrivalGrace
+	if o.arrivalGrace != nil {
+		l.arrivalGrace = max(*o.arrivalGrace, 0)
+	}
 	// The version first: it decides which symbols are required and the error
 	// for a release too old is clearer than one about a missing symbol.
 	if l.fn[fnGetVersion] = dlsym(file.handle, ncclSymbols[fnGetVersion].cname); l.fn[fnGetVersion] == 0 {
@@ -109,18 +116,42 @@ func Open(opts ...Option) (*Library, error) {
 	return l, nil
 }
 
+// A nil *Library is no library: its accessors give zero values (no
+// version, no runtime, no function, no type) and its other methods an error
+// matching ErrClosed (see nilLibrary), as os.File's methods do for a nil
+// *File. Its fields (Path, Via, Trace) cannot be read: Go has no way to
+// refuse that.
+
 // Version is the NCCL version the library reports.
-func (l *Library) Version() Version { return l.version }
+func (l *Library) Version() Version {
+	if l == nil {
+		return Version{}
+	}
+	return l.version
+}
 
 // CUDA is the CUDA runtime loaded with the library, or nil with WithoutCUDARuntime.
-func (l *Library) CUDA() *CUDA { return l.cuda }
+func (l *Library) CUDA() *CUDA {
+	if l == nil {
+		return nil
+	}
+	return l.cuda
+}
 
 // AlltoAllvABI is the number of arguments of the ncclAlltoAllv form in use (10 or 11).
-func (l *Library) AlltoAllvABI() int { return l.a2avABI }
+func (l *Library) AlltoAllvABI() int {
+	if l == nil {
+		return 0
+	}
+	return l.a2avABI
+}
 
 // Has reports whether the library exports the named C function ("ncclCommSplit").
 // It scans the symbol table: call it once, not per operation.
 func (l *Library) Has(name string) bool {
+	if l == nil {
+		return false
+	}
 	for i, s := range ncclSymbols {
 		if s.name == name {
 			return l.fn[i] != 0
@@ -135,6 +166,9 @@ func (l *Library) Has(name string) bool {
 // the loaded NCCL is too old, before making communicators. A name gonccl does
 // not bind is an error matching ErrInvalidArgument.
 func (l *Library) Require(names ...string) error {
+	if l == nil {
+		return nilLibrary("Require")
+	}
 	for _, name := range names {
 		i := slices.IndexFunc(ncclSymbols[:], func(s symbol) bool { return s.name == name })
 		if i < 0 {
@@ -150,6 +184,9 @@ func (l *Library) Require(names ...string) error {
 // Features lists the functions some supported releases lack, and whether this
 // library has each.
 func (l *Library) Features() []Feature {
+	if l == nil {
+		return nil
+	}
 	var out []Feature
 	for i, s := range ncclSymbols {
 		if s.required(MinVersion) {
@@ -162,7 +199,7 @@ func (l *Library) Features() []Feature {
 
 // SupportsType reports whether the library knows the data type (bfloat16 from
 // 2.10, the fp8 types from 2.24).
-func (l *Library) SupportsType(t DataType) bool { return l.typeOK(t) }
+func (l *Library) SupportsType(t DataType) bool { return l != nil && l.typeOK(t) }
 
 func (l *Library) typeOK(t DataType) bool { return t >= 0 && int(t) < len(l.types) && l.types[t] }
 
@@ -190,6 +227,9 @@ func (l *Library) untrack(c *Comm) {
 // fails while communicators are open. The files stay mapped: NCCL's threads and state
 // can outlive an unload, and another Library of the same file shares them.
 func (l *Library) Close() error {
+	if l == nil {
+		return nilLibrary("Close")
+	}
 	l.commsMu.Lock()
 	n := len(l.comms)
 	l.commsMu.Unlock()
@@ -205,7 +245,7 @@ func (l *Library) Close() error {
 
 // ErrorString is NCCL's text for a result code.
 func (l *Library) ErrorString(r Result) string {
-	if l.fn[fnGetErrorString] == 0 {
+	if l == nil || l.fn[fnGetErrorString] == 0 {
 		return r.String()
 	}
 	return ccall.GoString(l.ncclGetErrorString(r))
@@ -215,6 +255,9 @@ func (l *Library) ErrorString(r Result) string {
 // NCCL keeps one buffer for the whole process: a failure on another goroutine
 // may have replaced it.
 func (l *Library) LastError() string {
+	if l == nil {
+		return ""
+	}
 	return ccall.GoString(l.ncclGetLastError())
 }
 

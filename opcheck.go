@@ -1,5 +1,11 @@
 package nccl
 
+import (
+	"fmt"
+
+	"github.com/gonccl/nccl/abi"
+)
+
 // The checks of an operation's arguments before any C call: buffers against
 // the counts, types and device; roots and peers; reductions. Each has a
 // verdict without an error for the common path and a check with the error.
@@ -122,6 +128,31 @@ func (c *Comm) checkRoot(op, name string, r int) error {
 		return argError(op, "%s %d out of range [0, %d)", name, r, c.nranks)
 	}
 	return nil
+}
+
+// checkSelf refuses a Send to this rank, or a Recv from it, made outside a
+// Group on this goroutine. NCCL pairs a rank's Sends to itself with its Recvs
+// from itself when it schedules a group, and refuses a half left over
+// ("Trying to send to self without a matching recv", "Trying to recv to self
+// without a matching send": enqueue.cc, scheduleP2pTasksToPlan, which
+// ncclLaunchPrepare runs at the group's end, 2.14 to 2.30.7). A call outside
+// a group is a group of its own, so either half alone is refused, inside
+// NCCL: on a non-blocking communicator through the group's cleanup, which
+// leaves it in error for good. Inside a Group the pair is legal and is left
+// to NCCL. A closed communicator's call is refused as such first.
+func (c *Comm) checkSelf(op string, peer int) error {
+	if peer != c.rank || c.lib.recording() != nil {
+		return nil
+	}
+	if err := c.openOr(op); err != nil {
+		return err
+	}
+	if op == "ncclRecv" {
+		return &Error{Op: op, Code: abi.InvalidUsage, Msg: fmt.Sprintf(
+			"Recv from its own rank %d outside a Group: NCCL refuses either half alone; put the Recv and the matching Send in one Group", peer)}
+	}
+	return &Error{Op: op, Code: abi.InvalidUsage, Msg: fmt.Sprintf(
+		"Send to its own rank %d outside a Group: NCCL refuses either half alone; put the Send and the matching Recv in one Group", peer)}
 }
 
 // checkOp checks a reduction for data of type dt: a built-in one the library

@@ -143,34 +143,46 @@ func (c *Comm) ReduceScatter(send, recv Buffer, op RedOp, s Stream) error {
 }
 
 // Send sends buf to peer, which posts a Recv of the same length and type. A
-// rank that both sends and receives does so inside one Group.
+// rank that both sends and receives does so inside one Group. A Send to the
+// communicator's own rank (a one-rank communicator's only peer) goes in one
+// Group with its matching Recv: outside a Group it is refused with an error
+// matching ErrInvalidUsage, as NCCL refuses it.
 func (c *Comm) Send(buf Buffer, peer int, s Stream) error {
 	if !c.made() {
 		return zeroComm("Send")
 	}
 	const name = "ncclSend"
-	if !c.rootFine(peer) || !c.fine(buf, buf.dt, buf.n, s) {
+	// A peer that is this rank takes the checks' path too, for checkSelf:
+	// one comparison on the common path.
+	if !c.rootFine(peer) || peer == c.rank || !c.fine(buf, buf.dt, buf.n, s) {
 		if err := c.checkRoot(name, "peer", peer); err != nil {
 			return err
 		}
 		if err := c.checkBuf(name, "buf", buf, buf.dt, buf.n, s); err != nil {
+			return err
+		}
+		if err := c.checkSelf(name, peer); err != nil {
 			return err
 		}
 	}
 	return c.ncclSend(buf.ptr, buf.n, buf.dt, peer, s.h)
 }
 
-// Recv receives into buf from peer.
+// Recv receives into buf from peer. A Recv from the communicator's own rank
+// goes in one Group with its matching Send (see Send).
 func (c *Comm) Recv(buf Buffer, peer int, s Stream) error {
 	if !c.made() {
 		return zeroComm("Recv")
 	}
 	const name = "ncclRecv"
-	if !c.rootFine(peer) || !c.fine(buf, buf.dt, buf.n, s) {
+	if !c.rootFine(peer) || peer == c.rank || !c.fine(buf, buf.dt, buf.n, s) {
 		if err := c.checkRoot(name, "peer", peer); err != nil {
 			return err
 		}
 		if err := c.checkBuf(name, "buf", buf, buf.dt, buf.n, s); err != nil {
+			return err
+		}
+		if err := c.checkSelf(name, peer); err != nil {
 			return err
 		}
 	}

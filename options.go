@@ -1,5 +1,7 @@
 package nccl
 
+import "time"
+
 // The options of Open and OpenCUDA.
 
 // Option configures Open.
@@ -9,6 +11,7 @@ type options struct {
 	nccl, cudart string
 	a2avABI      int
 	noCUDA       bool
+	arrivalGrace *time.Duration
 }
 
 // WithLibrary loads libnccl from path, a file or a folder, before any search.
@@ -26,3 +29,13 @@ func WithoutCUDARuntime() Option { return func(o *options) { o.noCUDA = true } }
 // report version 2.29.2, so no symbol tells them apart. GONCCL_ALLTOALLV_ABI sets
 // the same when this option is absent.
 func WithAlltoAllvABI(nargs int) Option { return func(o *options) { o.a2avABI = nargs } }
+
+// WithArrivalGrace sets how long the goroutine that made the ranks of a
+// communicator held in this process (InitAll, a Group of InitRanks) waits, at
+// a rank's first operation outside a Group, for the other ranks' first
+// operations from other goroutines before it is refused (ArrivalGrace by
+// default; see Comm). 0 never refuses: the maker then waits as NCCL would,
+// until the other ranks come or the communicator is aborted or closed.
+func WithArrivalGrace(d time.Duration) Option {
+	return func(o *options) { o.arrivalGrace = &d }
+}

@@ -31,6 +31,9 @@ type ParamInt interface {
 // settings (NCCL_BUFFSIZE, NCCL_NVLS_ENABLE, ...) are not found.
 // An unknown key is an error matching ErrInvalidArgument.
 func (l *Library) BindParam(key string) (ParamHandle, error) {
+	if l == nil {
+		return ParamHandle{}, nilLibrary("BindParam")
+	}
 	if l.fn[fnParamBind] == 0 {
 		return ParamHandle{}, l.unsupported(fnParamBind)
 	}
@@ -98,6 +101,9 @@ func (p ParamHandle) Str() (string, error) {
 
 // Param is the value of any parameter as text (ncclParamGetParameter).
 func (l *Library) Param(key string) (string, error) {
+	if l == nil {
+		return "", nilLibrary("Param")
+	}
 	if l.fn[fnParamGetParameter] == 0 {
 		return "", l.unsupported(fnParamGetParameter)
 	}
@@ -115,6 +121,9 @@ func (l *Library) Param(key string) (string, error) {
 // ParamKeys lists the parameters NCCL documents (all of them with
 // NCCL_PARAM_DUMP_ALL=true) (ncclParamGetAllParameterKeys).
 func (l *Library) ParamKeys() ([]string, error) {
+	if l == nil {
+		return nil, nilLibrary("ParamKeys")
+	}
 	if l.fn[fnParamGetAllParameterKeys] == 0 {
 		return nil, l.unsupported(fnParamGetAllParameterKeys)
 	}

@@ -179,6 +179,9 @@ func (c *Comm) DeregisterWindow(w Window) error {
 // with Buffer.Free.
 func (l *Library) MemAlloc(dev int, dt DataType, n int) (Buffer, error) {
 	const op = "ncclMemAlloc"
+	if l == nil {
+		return Buffer{}, nilLibrary("MemAlloc")
+	}
 	if l.fn[fnMemAlloc] == 0 {
 		return Buffer{}, l.unsupported(fnMemAlloc)
 	}

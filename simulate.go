@@ -16,6 +16,12 @@ const simInfoMagic = 0x74685283
 // and launches none of them, and reports how long it expects them to take.
 // If fn fails or panics, the group is discarded as in Group.
 func (l *Library) SimulateGroup(fn func() error) (estimate time.Duration, err error) {
+	if l == nil {
+		return 0, nilLibrary("SimulateGroup")
+	}
+	if fn == nil { // refused before the group opens: nothing to undo
+		return 0, argError("SimulateGroup", "nil function")
+	}
 	if l.fn[fnGroupSimulateEnd] == 0 {
 		return 0, l.unsupported(fnGroupSimulateEnd)
 	}

@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,15 +26,24 @@ type streamLife struct{ destroyed atomic.Bool }
 // NewStream creates a stream on device dev. StreamNonBlocking keeps it from
 // synchronising with the legacy default stream. Destroy it when done.
 func (cu *CUDA) NewStream(dev int, flags StreamFlags) (Stream, error) {
+	if cu == nil {
+		return Stream{}, nilCUDA("NewStream")
+	}
 	var h uintptr
 	err := cu.OnDevice(dev, func() error {
 		return cu.cudaStreamCreateWithFlags(&h, flags)
 	})
+	if err == nil {
+		destroyedStreams.Delete(h) // CUDA may hand out a destroyed stream's handle again
+	}
 	return Stream{cu: cu, h: h, dev: dev, life: new(streamLife)}, err
 }
 
 // WrapStream describes a stream created elsewhere (a PyTorch stream's
 // cuda_stream, say) on device dev; 0 is that device's legacy default stream.
+// On a nil *CUDA (a library opened WithoutCUDARuntime) it still describes
+// it, for NCCL's operations; the Stream's own methods then refuse, there
+// being no runtime to call.
 func (cu *CUDA) WrapStream(dev int, handle uintptr) (Stream, error) {
 	if err := checkDevice("WrapStream", dev); err != nil {
 		return Stream{}, err
@@ -52,7 +62,7 @@ func (s Stream) Device() int { return s.dev }
 
 func (s Stream) runtime(op string) (*CUDA, error) {
 	if s.cu == nil {
-		return nil, argError(op, "the zero Stream has no CUDA runtime (make one with CUDA.NewStream or CUDA.DefaultStream)")
+		return nil, argError(op, "the stream has no CUDA runtime (the zero Stream, or one a nil *CUDA described): make one with CUDA.NewStream or CUDA.DefaultStream")
 	}
 	if !s.alive() {
 		return nil, destroyedStream(op)
@@ -89,7 +99,20 @@ func (s Stream) Destroy() error {
 	if err != nil && s.life != nil {
 		s.life.destroyed.Store(false)
 	}
+	if err == nil {
+		destroyedStreams.Store(s.h, struct{}{})
+	}
 	return err
+}
+
+// destroyedStreams holds the handles of the streams destroyed through gonccl
+// and not handed out again since: Comm.Close waits for the streams its
+// operations used (see waitOutstanding) and must not give CUDA a dead one.
+var destroyedStreams sync.Map
+
+func streamDestroyed(h uintptr) bool {
+	_, ok := destroyedStreams.Load(h)
+	return ok
 }
 
 // Synchronize waits until all work on the stream is done.
@@ -184,6 +207,9 @@ type Event struct {
 
 // NewEvent creates an event on device dev.
 func (cu *CUDA) NewEvent(dev int, flags EventFlags) (Event, error) {
+	if cu == nil {
+		return Event{}, nilCUDA("NewEvent")
+	}
 	var h uintptr
 	err := cu.OnDevice(dev, func() error {
 		return cu.cudaEventCreateWithFlags(&h, flags)

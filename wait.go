@@ -27,6 +27,9 @@ func (c *Comm) Wait(ctx context.Context, s Stream) error {
 	if !c.made() {
 		return zeroComm("Wait")
 	}
+	if ctx == nil {
+		return nilContext("Wait")
+	}
 	const op = "Wait"
 	if s.cu == nil && s.h != 0 {
 		return argError(op, "stream has no CUDA runtime (make it with CUDA.NewStream or CUDA.WrapStream)")

@@ -17,7 +17,7 @@
 # launch.Job.Device); with older libraries they are skipped and say so. On a
 # machine of more GPUs, CUDA_VISIBLE_DEVICES=0,1 keeps the checks at 2 ranks.
 # TESTS (a -test.run pattern, default TestGPU) picks the GPU tests that run;
-# ONLY (below) picks the libraries.
+# ONLY (below) picks the libraries; EXAMPLES=0 skips the examples.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -87,7 +87,7 @@ run)
       echo "   $t tests: exit $rc, $pass passed, $fail failed" | tee -a "$summary"
       grep -E -- "(^|[^ ])--- (PASS|FAIL|SKIP): TestGPU[A-Za-z0-9_]+ \(|checked|ncclAlltoAllv|watchdog:|peer dies|fault rounds|free memory" "$LOGS/test-$t-$label.log" | sed 's/^/      /' >>"$summary"
     done
-    examples "$label" "$@"
+    [ "${EXAMPLES:-1}" = 0 ] || examples "$label" "$@"
   }
   # examples LABEL ENV...: every example, its exact command, ok or FAIL.
   examples() {

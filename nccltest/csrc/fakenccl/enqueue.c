@@ -224,6 +224,43 @@ static ncclResult_t connect_first(task* list, const char* fn) {
     return ncclSuccess;
 }
 
+/* self_unmatched is NCCL's check of a rank's Sends to itself against its Recvs
+ * from itself: ncclLaunchPrepare schedules a group's point-to-point tasks
+ * (enqueue.cc, scheduleP2pTasksToPlan, 2.14 to 2.30.7), pairing in each round
+ * the head of a peer's send queue with the head of its receive queue, and for
+ * the rank itself refuses a half left without its other one: "Trying to send
+ * to self without a matching recv", or "Trying to recv to self without a
+ * matching send", ncclInvalidUsage. That runs at ncclGroupEnd, after the
+ * group's connections are made, before anything is launched; a call outside a
+ * group is a group of its own (ncclEnqueueCheck ends it with
+ * ncclGroupEndInternal), so a lone Send or Recv to itself is refused at the
+ * call, on a non-blocking communicator by the launch that follows it. The
+ * failed group is then cleaned up (group.cc, groupCleanup): nothing of it
+ * runs, and every non-blocking communicator of its tasks keeps the error. */
+static ncclResult_t self_unmatched(task* list) {
+    for (task* t = list; t; t = t->next) {
+        if ((t->kind != kSend && t->kind != kRecv) || t->peer != t->c->rank) continue;
+        task* u = list;
+        while (u != t && !(u->c == t->c && (u->kind == kSend || u->kind == kRecv) && u->peer == u->c->rank)) u = u->next;
+        if (u != t) continue; /* this communicator was counted */
+        long sends = 0, recvs = 0;
+        for (; u; u = u->next) {
+            if (u->c != t->c || u->peer != t->c->rank) continue;
+            if (u->kind == kSend) sends++;
+            else if (u->kind == kRecv) recvs++;
+        }
+        if (sends == recvs) continue;
+        pthread_mutex_lock(&g);
+        for (task* v = list; v; v = v->next)
+            if (!v->c->blocking) set_sticky(v->c, ncclInvalidUsage);
+        pthread_cond_broadcast(&gc);
+        pthread_mutex_unlock(&g);
+        if (sends > recvs) return fail(ncclInvalidUsage, "Trying to send to self without a matching recv");
+        return fail(ncclInvalidUsage, "Trying to recv to self without a matching send");
+    }
+    return ncclSuccess;
+}
+
 /* itemmode: whether a capture records a (comm, stream)'s work item. */
 typedef struct {
     comm* c;
@@ -266,6 +303,7 @@ static ncclResult_t launch_tasks(task* list, const char* fn) {
         for (int k = 0; k < 4; k++) memcpy(t->a2av + k * n * n, t->a2av_user[k], n * n * sizeof(size_t));
     }
     ncclResult_t r = connect_first(list, fn);
+    if (!r) r = self_unmatched(list);
     if (r) {
         free_tasks(list);
         return r;

@@ -370,6 +370,27 @@ static void slot_leave(slot* s, int n) {
     }
 }
 
+/* abort_spin waits (g held) up to 50 ms for *count to reach n, on behalf of a
+ * task whose communicator is stopped. NCCL's kernels read the abort flag only
+ * after 10000 spins without progress (primitives.h, checkAbort; v2.28.3 and
+ * v2.30.7), and an abort of one rank of a clique held in one process frees
+ * nothing until the last of its ranks goes (init.cc, commReclaim): a kernel
+ * whose peers run beside it completes after its communicator's abort. So an
+ * InitAll pair whose rank 0 is aborted while a group of both ranks runs
+ * finishes that group, and rank 1's Close returns at once (seen on NCCL 2.28.3
+ * and 2.28.9). A kernel whose peers never come quits on the flag. */
+static void abort_spin(int* count, int n) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_nsec += 50 * 1000000;
+    if (dl.tv_nsec >= 1000000000) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000;
+    }
+    while (*count < n && pthread_cond_timedwait(&gc, &g, &dl) != ETIMEDOUT) {
+    }
+}
+
 /* run_collective meets the other ranks' tasks of the same sequence number,
  * checks that they all called the same collective, computes into a private
  * buffer once all inputs are there, and writes it out only when every rank
@@ -398,10 +419,11 @@ static ncclResult_t run_collective(task* me, char* why, size_t whylen) {
     s->arrived++;
     pthread_cond_broadcast(&gc);
     while (s->arrived < n && !stopped(me->c)) pthread_cond_wait(&gc, &g);
-    if (!stopped(me->c) && !s->checked) check_calls(s, n);
+    if (s->arrived < n) abort_spin(&s->arrived, n);
+    if (s->arrived >= n && !s->checked) check_calls(s, n);
     int bad = s->bad;
     if (bad) snprintf(why, whylen, "%s", s->why);
-    if (stopped(me->c)) { /* the kernel quits on NCCL's abort flag; the task stays for the peers */
+    if (s->arrived < n) { /* the kernel quits on NCCL's abort flag; the task stays for the peers */
         slot_leave(s, n);
         pthread_mutex_unlock(&g);
         return ncclSuccess;
@@ -417,7 +439,8 @@ static ncclResult_t run_collective(task* me, char* why, size_t whylen) {
     s->computed++;
     pthread_cond_broadcast(&gc);
     while (s->computed < n && !stopped(me->c)) pthread_cond_wait(&gc, &g);
-    if (stopped(me->c)) {
+    if (s->computed < n) abort_spin(&s->computed, n);
+    if (s->computed < n) {
         slot_leave(s, n);
         pthread_mutex_unlock(&g);
         free(out);

@@ -1,0 +1,147 @@
+package nccl
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/goid"
+)
+
+// NCCL connects a communicator's ranks inside their first operations (2.22+;
+// Send/Recv peers always, each new algorithm at its first use): a rank's first
+// operation outside a group waits inside NCCL until the other ranks make
+// theirs. One goroutine driving several ranks of one communicator held in
+// this process (InitAll, a Group of InitRanks) without a Group never makes
+// the second call: the first waits for good, where no context or Abort
+// reaches it. NCCL's rule is that one thread driving several ranks puts their
+// operations in one group.
+//
+// gonccl holds such a clique's operations made outside a Group, before C,
+// until every rank held here has one waiting from a goroutine of its own:
+// then they go to NCCL together and the clique is known to be driven a
+// goroutine per rank. A Group that launched operations of every rank held
+// here connected them too. After either, no operation waits here (the hot
+// path tests the gate word it already loads). A goroutine that made the clique and waits
+// here longer than ArrivalGrace for the others is refused with an error
+// matching ErrInvalidUsage: nothing reached NCCL. Other goroutines wait as
+// NCCL would, outside NCCL, where Abort and Close reach them.
+
+// ArrivalGrace is how long, by default, the goroutine that made the ranks of
+// a communicator held in this process (InitAll, a Group of InitRanks) waits,
+// at a rank's first operation outside a Group, for the other ranks' first
+// operations from other goroutines before it is refused (see Comm and
+// WithArrivalGrace).
+const ArrivalGrace = 3 * time.Second
+
+// arrival is a clique's meeting of first operations.
+type arrival struct {
+	members atomic.Int32 // members held here (joinClique, leaveClique)
+
+	mu      sync.Mutex
+	creator uintptr // goid of the goroutine that made every member; 0 once two did
+	claimed bool    // creator was set (a second claimer clears it)
+	proven  bool    // every member arrived from goroutines of their own
+	waiting map[*Comm]uintptr
+}
+
+// claim records that the calling goroutine made members of q (InitAll,
+// InitRank, Split): a clique that one goroutine made meets at its first
+// operations; one made by several goroutines is driven a goroutine per rank.
+func (q *clique) claim() {
+	me := goid.Current()
+	a := &q.arrival
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case !a.claimed:
+		a.claimed, a.creator = true, me
+	case a.creator != me:
+		a.creator = 0
+	}
+	if a.creator != 0 && !a.proven && a.members.Load() > 1 {
+		q.gate.Or(gateArrive)
+	} else {
+		q.gate.And(^int32(gateArrive))
+	}
+}
+
+// arrive holds c's operation, outside NCCL, until every member of its clique
+// has one waiting; see above.
+func (c *Comm) arrive(op string) error {
+	q, a := c.q, &c.q.arrival
+	me := goid.Current()
+	a.mu.Lock()
+	if a.proven || q.gate.Load()&gateArrive == 0 {
+		a.mu.Unlock()
+		return nil
+	}
+	if a.waiting == nil {
+		a.waiting = map[*Comm]uintptr{}
+	}
+	a.waiting[c] = me
+	a.mu.Unlock()
+	leave := func() {
+		a.mu.Lock()
+		if a.waiting[c] == me {
+			delete(a.waiting, c)
+		}
+		a.mu.Unlock()
+	}
+	start := time.Now()
+	for delay := time.Duration(0); ; {
+		a.mu.Lock()
+		if !a.proven && a.members.Load() > 1 && len(a.waiting) >= int(a.members.Load()) {
+			a.proven, a.waiting = true, nil
+			q.gate.And(^int32(gateArrive))
+		}
+		// Proven, or another goroutine claimed members (see claim).
+		through := a.proven || q.gate.Load()&gateArrive == 0
+		creator := a.creator == me
+		a.mu.Unlock()
+		if through {
+			leave()
+			return nil
+		}
+		if c.state() != stOpen {
+			leave()
+			return &ClosedError{Op: op, What: "communicator"}
+		}
+		if grace := c.lib.arrivalGrace; creator && grace > 0 && time.Since(start) >= grace {
+			leave()
+			return &Error{Op: op, Code: abi.InvalidUsage, Msg: fmt.Sprintf(
+				"rank %d's operation outside a Group waited %v for the other %d rank(s) of its communicator held in this process to be called from goroutines of their own: "+
+					"one goroutine driving several ranks must put the ranks' operations in one Group (NCCL would wait inside this call for ranks the goroutine has yet to call)",
+				c.rank, grace, a.members.Load()-1)}
+		}
+		delay = min(max(delay*2, 20*time.Microsecond), time.Millisecond)
+		time.Sleep(delay)
+	}
+}
+
+// metInGroup notes a Group that launched operations of comms: a clique all of
+// whose members held here were in it had them connected together, as a
+// meeting at their first operations would have.
+func metInGroup(comms []*Comm) {
+	for _, c := range comms {
+		q := c.q
+		if q.gate.Load()&gateArrive == 0 {
+			continue
+		}
+		n := 0
+		for _, d := range comms {
+			if d.q == q {
+				n++
+			}
+		}
+		a := &q.arrival
+		a.mu.Lock()
+		if n >= int(a.members.Load()) {
+			a.proven = true
+			q.gate.And(^int32(gateArrive))
+		}
+		a.mu.Unlock()
+	}
+}
