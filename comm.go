@@ -307,9 +307,10 @@ func (c *Comm) free(sym int) error {
 // already closed or aborted.
 //
 // A call blocked inside NCCL on a blocking communicator (its init, Split or
-// Close, or an operation NCCL blocks in) is not interrupted: NCCL offers no safe
-// way to, and the communicator is freed when that call returns. Non-blocking
-// communicators never block inside NCCL.
+// the finalize of Close, or an operation NCCL blocks in) is not interrupted:
+// NCCL offers no safe way to, and the communicator is freed when that call
+// returns. The calls that take a context return at its end anyway (see Comm).
+// Non-blocking communicators never block inside NCCL.
 //
 // Buffers after an Abort: an operation that returns an error matching
 // ErrClosed because of it returns once ncclCommAbort has run (NCCL's launch
@@ -410,7 +411,7 @@ func (c *Comm) Close(ctx context.Context) error {
 		return &ClosedError{Op: op + ": ncclCommDestroy", What: "communicator"}
 	}
 	if c.blocking {
-		return c.bounded(ctx, op+": ncclCommDestroy", func() error { return c.free(fnCommDestroy) }, nil, false)
+		return c.bounded(ctx, op, "ncclCommDestroy", func() error { return c.free(fnCommDestroy) }, nil, false)
 	}
 	return c.free(fnCommDestroy)
 }
@@ -465,7 +466,7 @@ func (c *Comm) finalize(ctx context.Context, op string) error {
 	if c.blocking {
 		// The call stays counted until NCCL returns: an abort at ctx's end
 		// frees the communicator then, never under the call.
-		return c.bounded(ctx, op+": "+fn, func() error { return c.lib.ncclCommFinalize(h) }, c.exit, true)
+		return c.bounded(ctx, op, fn, func() error { return c.lib.ncclCommFinalize(h) }, c.exit, true)
 	}
 	err = c.lib.ncclCommFinalize(h)
 	c.exit()
@@ -473,18 +474,19 @@ func (c *Comm) finalize(ctx context.Context, op string) error {
 		err = c.waitReady(ctx, op, true)
 	}
 	if err != nil {
-		return c.abortAfter(prefixed(op, err))
+		return c.abortAfter(inMethod(op, err))
 	}
 	return nil
 }
 
-// bounded runs call, a blocking communicator's call that NCCL may wait
-// inside, on a goroutine of its own and waits for it until ctx ends; after,
-// if not nil, runs on that goroutine once call returns. If ctx ends first,
+// bounded runs call, the C function fn of a blocking communicator's method
+// that NCCL may wait inside, on a goroutine of its own and waits for it until
+// ctx ends; after, if not nil, runs on that goroutine once call returns. If ctx ends first,
 // the error says that NCCL still runs call, and with abort the communicator
 // is aborted (freed once call has returned, see Comm.exit). A failure of call
 // aborts the communicator too (a destroy's failure has freed it already).
-func (c *Comm) bounded(ctx context.Context, what string, call func() error, after func(), abort bool) error {
+func (c *Comm) bounded(ctx context.Context, method, fn string, call func() error, after func(), abort bool) error {
+	what := method + ": " + fn
 	res := make(chan error, 1)
 	go func() {
 		err := call()
@@ -496,7 +498,7 @@ func (c *Comm) bounded(ctx context.Context, what string, call func() error, afte
 	select {
 	case err := <-res:
 		if err != nil {
-			return c.abortAfter(prefixed(what, err))
+			return c.abortAfter(inMethod(method, err))
 		}
 		return nil
 	case <-ctx.Done():
@@ -505,12 +507,6 @@ func (c *Comm) bounded(ctx context.Context, what string, call func() error, afte
 		}
 		return c.abortAfter(fmt.Errorf("%s had not returned when the context ended (NCCL waits inside it, where no context reaches); the communicator is aborted when it returns (Comm.Done): %w", what, ctx.Err()))
 	}
-}
-
-// prefixed puts the Go method the user called before an error that names
-// the C function.
-func prefixed(method string, err error) error {
-	return fmt.Errorf("%s: %w", method, err)
 }
 
 // openOr is nil while the communicator is open, else op's error matching

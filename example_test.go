@@ -526,3 +526,53 @@ func ExampleOpen() {
 	fmt.Println(filepath.IsAbs(lib.Path), lib.Via != "", lib.Version().AtLeast(nccl.MinVersion))
 	// Output: true true true
 }
+
+// The ranks of one communicator in this process, made by InitAll: one
+// goroutine drives them with each step's operations of every rank in one
+// Group (alone, a rank's first operation would wait inside NCCL for ranks the
+// goroutine has yet to call: gonccl refuses it instead), and CloseAll closes
+// them together, bounded by one deadline.
+func ExampleCloseAll() {
+	lib, err := nccl.Open()
+	if err != nil {
+		log.Fatal(err)
+	}
+	comms, err := lib.InitAll(context.Background(), []int{0, 1}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	cu := lib.CUDA()
+	bufs := make([]nccl.Buffer, len(comms))
+	for r, c := range comms {
+		if bufs[r], err = cu.Alloc(c.Device(), nccl.Int32, 3); err != nil {
+			log.Fatal(err)
+		}
+		defer bufs[r].Free()
+		if err := nccl.CopyIn(bufs[r], []int32{int32(r), 10, 100}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	err = lib.Group(func() error {
+		for r, c := range comms {
+			if err := c.AllReduce(bufs[r], bufs[r], nccl.Sum, cu.DefaultStream(c.Device())); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Close waits for each rank's work before freeing it.
+	if err := nccl.CloseAll(ctx, comms); err != nil {
+		log.Fatal(err)
+	}
+	out := make([]int32, 3)
+	if err := nccl.CopyOut(out, bufs[1]); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(out)
+	// Output: [1 20 200]
+}

@@ -75,7 +75,8 @@ func (c *Comm) Revoke(ctx context.Context) error {
 // c's blocking mode. An excluded rank out of range, listed twice, or the
 // calling rank itself is an error matching ErrInvalidArgument, and c is left
 // as it was.
-func (c *Comm) Shrink(ctx context.Context, exclude []int, cfg *Config, flags int) (*Comm, error) {
+func (c *Comm) Shrink(ctx context.Context, exclude []int, cfg *Config, flags int) (_ *Comm, err error) {
+	defer func() { err = inMethod("Shrink", err) }()
 	if !c.made() {
 		var z0 *Comm
 		return z0, zeroComm("Shrink")
@@ -154,7 +155,8 @@ func (c *Comm) GrowID() (UniqueID, error) {
 // Library.GrowRank) take the others. Every rank of c calls it; the rank that
 // called GrowID passes the id, the others nil. cfg may be nil; the new
 // communicator keeps c's blocking mode.
-func (c *Comm) Grow(ctx context.Context, nranks int, id *UniqueID, cfg *Config) (*Comm, error) {
+func (c *Comm) Grow(ctx context.Context, nranks int, id *UniqueID, cfg *Config) (_ *Comm, err error) {
+	defer func() { err = inMethod("Grow", err) }()
 	if !c.made() {
 		var z0 *Comm
 		return z0, zeroComm("Grow")
@@ -183,7 +185,8 @@ func (c *Comm) Grow(ctx context.Context, nranks int, id *UniqueID, cfg *Config) 
 // CUDA device dev (ncclCommGrow with no parent, NCCL >= 2.29.2). id is the one
 // the existing ranks' GrowID made; nranks is the grown size. It returns once
 // every rank has joined, as InitRank does.
-func (l *Library) GrowRank(ctx context.Context, dev int, id UniqueID, nranks, rank int, cfg *Config) (*Comm, error) {
+func (l *Library) GrowRank(ctx context.Context, dev int, id UniqueID, nranks, rank int, cfg *Config) (_ *Comm, err error) {
+	defer func() { err = inMethod("GrowRank", err) }()
 	const op = "ncclCommGrow"
 	if l == nil {
 		return nil, nilLibrary("GrowRank")

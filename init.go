@@ -52,7 +52,8 @@ func withBlocking(cfg *Config, blocking bool) *Config {
 // nil. It returns once every rank has joined, an error if NCCL fails, or an
 // error wrapping ctx.Err() when ctx ends first (see Comm for what each mode
 // does then).
-func (l *Library) InitRank(ctx context.Context, dev int, id UniqueID, nranks, rank int, cfg *Config) (*Comm, error) {
+func (l *Library) InitRank(ctx context.Context, dev int, id UniqueID, nranks, rank int, cfg *Config) (_ *Comm, err error) {
+	defer func() { err = inMethod("InitRank", err) }()
 	if l == nil {
 		return nil, nilLibrary("InitRank")
 	}
@@ -70,7 +71,8 @@ func (l *Library) InitRank(ctx context.Context, dev int, id UniqueID, nranks, ra
 
 // InitRankScalable is InitRank with the bootstrap spread over several roots,
 // one per id (ncclCommInitRankScalable, NCCL >= 2.23).
-func (l *Library) InitRankScalable(ctx context.Context, dev int, ids []UniqueID, nranks, rank int, cfg *Config) (*Comm, error) {
+func (l *Library) InitRankScalable(ctx context.Context, dev int, ids []UniqueID, nranks, rank int, cfg *Config) (_ *Comm, err error) {
+	defer func() { err = inMethod("InitRankScalable", err) }()
 	if l == nil {
 		return nil, nilLibrary("InitRankScalable")
 	}
@@ -257,7 +259,8 @@ func (l *Library) checkInitAllDevices(op string, devs []int) error {
 // ncclCommInitRankConfig per device in a group, as ncclCommInitAll does
 // inside. ctx bounds it as it bounds InitRank. On failure no communicator is
 // left open.
-func (l *Library) InitAll(ctx context.Context, devs []int, cfg *Config) ([]*Comm, error) {
+func (l *Library) InitAll(ctx context.Context, devs []int, cfg *Config) (_ []*Comm, err error) {
+	defer func() { err = inMethod("InitAll", err) }()
 	if l == nil {
 		return nil, nilLibrary("InitAll")
 	}
@@ -281,7 +284,6 @@ func (l *Library) InitAll(ctx context.Context, devs []int, cfg *Config) ([]*Comm
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	var comms []*Comm
-	var err error
 	if blockingFor(cfg) && ctx.Done() != nil && l.recording() == nil {
 		comms, err = l.bounded(ctx, op, func() ([]*Comm, error) { return l.initAll(context.Background(), devs, cfg) })
 	} else {
@@ -371,7 +373,8 @@ func (l *Library) initAllGrouped(ctx context.Context, devs []int, cfg *Config) (
 // abandon a split half done; a blocking one is freed once NCCL returns). Every
 // rank of c calls it. A rank passing SplitNoColor gets a nil communicator and
 // no error. cfg may be nil; the new communicator has c's blocking mode.
-func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (*Comm, error) {
+func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (_ *Comm, err error) {
+	defer func() { err = inMethod("Split", err) }()
 	if !c.made() {
 		var z0 *Comm
 		return z0, zeroComm("Split")

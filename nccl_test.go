@@ -491,7 +491,7 @@ func TestOldLibraryLacksOptional(t *testing.T) {
 				t.Errorf("Split on 2.14: %v, want ErrNotSupported", err)
 				return
 			}
-			want := "ncclCommSplit not supported by " + l.Path + " (2.14.3; requires >= 2.18)"
+			want := "Split: ncclCommSplit not supported by " + l.Path + " (2.14.3; requires >= 2.18)"
 			if err.Error() != want {
 				t.Errorf("error text %q\nwant %q", err, want)
 			}
