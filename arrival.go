@@ -19,8 +19,9 @@ import (
 // reaches it. NCCL's rule is that one thread driving several ranks puts their
 // operations in one group.
 //
-// gonccl holds such a clique's operations made outside a Group, before C,
-// until every rank held here has one waiting from a goroutine of its own:
+// gonccl holds such a clique's operations made outside a Group (and a
+// Group's launch that holds some of its ranks but not all), before C, until
+// every rank held here has one waiting from a goroutine of its own:
 // then they go to NCCL together and the clique is known to be driven a
 // goroutine per rank. A Group that launched operations of every rank held
 // here connected them too. After either, no operation waits here (the hot
@@ -71,7 +72,14 @@ func (q *clique) claim() {
 // arrive holds c's operation, outside NCCL, until every member of its clique
 // has one waiting; see above.
 func (c *Comm) arrive(op string) error {
-	q, a := c.q, &c.q.arrival
+	return c.q.arrive(op, []*Comm{c}, false)
+}
+
+// arrive holds the operations of cs, members of q (one operation outside a
+// Group, or a Group holding some of q's members but not all), outside NCCL,
+// until every member of q has one waiting.
+func (q *clique) arrive(op string, cs []*Comm, grouped bool) error {
+	a := &q.arrival
 	me := goid.Current()
 	a.mu.Lock()
 	if a.proven || q.gate.Load()&gateArrive == 0 {
@@ -81,12 +89,16 @@ func (c *Comm) arrive(op string) error {
 	if a.waiting == nil {
 		a.waiting = map[*Comm]uintptr{}
 	}
-	a.waiting[c] = me
+	for _, c := range cs {
+		a.waiting[c] = me
+	}
 	a.mu.Unlock()
 	leave := func() {
 		a.mu.Lock()
-		if a.waiting[c] == me {
-			delete(a.waiting, c)
+		for _, c := range cs {
+			if a.waiting[c] == me {
+				delete(a.waiting, c)
+			}
 		}
 		a.mu.Unlock()
 	}
@@ -105,20 +117,68 @@ func (c *Comm) arrive(op string) error {
 			leave()
 			return nil
 		}
-		if c.state() != stOpen {
-			leave()
-			return &ClosedError{Op: op, What: "communicator"}
+		for _, c := range cs {
+			if c.state() != stOpen {
+				leave()
+				return &ClosedError{Op: op, What: "communicator"}
+			}
 		}
-		if grace := c.lib.arrivalGrace; creator && grace > 0 && time.Since(start) >= grace {
+		if grace := cs[0].lib.arrivalGrace; creator && grace > 0 && time.Since(start) >= grace {
 			leave()
-			return &Error{Op: op, Code: abi.InvalidUsage, Msg: fmt.Sprintf(
-				"rank %d's operation outside a Group waited %v for the other %d rank(s) of its communicator held in this process to be called from goroutines of their own: "+
-					"one goroutine driving several ranks must put the ranks' operations in one Group (NCCL would wait inside this call for ranks the goroutine has yet to call)",
-				c.rank, grace, a.members.Load()-1)}
+			return q.refusal(op, cs, grouped, grace)
 		}
 		delay = min(max(delay*2, 20*time.Microsecond), time.Millisecond)
 		time.Sleep(delay)
 	}
+}
+
+// refusal is the error of a maker that waited grace for the other ranks.
+func (q *clique) refusal(op string, cs []*Comm, grouped bool, grace time.Duration) error {
+	others := int(q.arrival.members.Load()) - len(cs)
+	what := fmt.Sprintf("rank %d's operation outside a Group", cs[0].rank)
+	if grouped {
+		ranks := make([]int, len(cs))
+		for i, c := range cs {
+			ranks[i] = c.rank
+		}
+		what = fmt.Sprintf("a Group holding rank(s) %v but not the others", ranks)
+	}
+	return &Error{Op: op, Code: abi.InvalidUsage, Msg: fmt.Sprintf(
+		"%s waited %v for the other %d rank(s) of its communicator held in this process to be called from goroutines of their own: "+
+			"one goroutine driving several ranks must put every rank's operations in one Group (NCCL would wait inside this call for ranks the goroutine has yet to call)",
+		what, grace, others)}
+}
+
+// meetPartial holds a Group's launch while it holds some members of a
+// clique that must meet (see arrive) but not all: NCCL would connect those
+// inside ncclGroupEnd and wait there for the others.
+func meetPartial(comms []*Comm) error {
+	for i, c := range comms {
+		q := c.q
+		if q.gate.Load()&gateArrive == 0 {
+			continue
+		}
+		seen := false
+		for _, d := range comms[:i] {
+			seen = seen || d.q == q
+		}
+		if seen {
+			continue
+		}
+		var cs []*Comm
+		for _, d := range comms[i:] {
+			if d.q == q {
+				cs = append(cs, d)
+			}
+		}
+		if len(cs) >= int(q.arrival.members.Load()) {
+			continue // every member: the Group meets them (metInGroup)
+		}
+		if err := q.arrive("ncclGroupEnd", cs, true); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // metInGroup notes a Group that launched operations of comms: a clique all of

@@ -154,6 +154,12 @@ func goroutinePerRank(t *testing.T, l *nccl.Library, ctx context.Context, n int,
 // goroutine, each on random int64 data seeded by round and rank, and checks
 // every element against the sum over the n ranks' data.
 func driveRank(l *nccl.Library, c *nccl.Comm, n, rounds int) error {
+	return driveRankIn(l, c, n, rounds, false)
+}
+
+// driveRankIn is driveRank, each all-reduce inside a Group of its own when
+// grouped (a goroutine per rank, each grouping its own rank's operations).
+func driveRankIn(l *nccl.Library, c *nccl.Comm, n, rounds int, grouped bool) error {
 	const count = 2053
 	cu := l.CUDA()
 	b, err := cu.Alloc(c.Device(), nccl.Int64, count)
@@ -173,7 +179,13 @@ func driveRank(l *nccl.Library, c *nccl.Comm, n, rounds int) error {
 		if err := nccl.CopyIn(b, randomInt64s(seed(c.Rank()), count)); err != nil {
 			return err
 		}
-		if err := c.AllReduce(b, b, nccl.Sum, s); err != nil {
+		var err error
+		if grouped {
+			err = l.Group(func() error { return c.AllReduce(b, b, nccl.Sum, s) })
+		} else {
+			err = c.AllReduce(b, b, nccl.Sum, s)
+		}
+		if err != nil {
 			return err
 		}
 		if err := c.Wait(ctx, s); err != nil {
@@ -306,5 +318,106 @@ func TestArrivalOtherGoroutineAbortable(t *testing.T) {
 				t.Fatal("the abort did not end the wait")
 			}
 		})
+	}
+}
+
+// TestArrivalPartialGroups: a Group holding some ranks of a clique made by
+// one goroutine but not all waits, before NCCL, for the others as a lone
+// operation does. From the maker, a Group per rank (a natural mistake) is
+// refused after the grace, where NCCL would wait inside ncclGroupEnd for
+// good; a Group of every rank then works. A goroutine per rank, each grouping
+// its own rank's operations, is not held back.
+func TestArrivalPartialGroups(t *testing.T) {
+	l := open(t, "v230", nccl.WithArrivalGrace(300*time.Millisecond))
+	for _, m := range commModes {
+		for _, n := range []int{2, 4} {
+			t.Run(fmt.Sprintf("%s/%d ranks/the maker, a Group per rank", m.name, n), func(t *testing.T) {
+				ctx := m.ctx(t)
+				comms, err := l.InitAll(ctx, devList(n), modeOf(ctx, nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := l.CUDA().Alloc(comms[0].Device(), nccl.Float32, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Free()
+				watchdog := time.AfterFunc(5*time.Second, func() {
+					for _, c := range comms {
+						c.Abort()
+					}
+				})
+				defer watchdog.Stop()
+				start := time.Now()
+				err = l.Group(func() error { return comms[0].AllReduce(b, b, nccl.Sum, nccl.Stream{}) })
+				el := time.Since(start)
+				if !errors.Is(err, nccl.ErrInvalidUsage) || !strings.Contains(err.Error(), "one Group") {
+					t.Fatalf("after %v: %v, want ErrInvalidUsage saying to use one Group", el, err)
+				}
+				if el > 300*time.Millisecond+time.Second {
+					t.Fatalf("refused after %v", el)
+				}
+				if !watchdog.Stop() {
+					t.Fatal("the watchdog aborted the ranks")
+				}
+				groupedSumCheck(t, l, comms, 5)
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := nccl.CloseAll(cctx, comms); err != nil {
+					t.Fatal(err)
+				}
+			})
+			t.Run(fmt.Sprintf("%s/%d ranks/a goroutine per rank, a Group each", m.name, n), func(t *testing.T) {
+				ctx := m.ctx(t)
+				comms, err := l.InitAll(ctx, devList(n), modeOf(ctx, nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				errs := make([]error, n)
+				var wg sync.WaitGroup
+				for r := range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						time.Sleep(time.Duration(r) * 150 * time.Millisecond)
+						errs[r] = driveRankIn(l, comms[r], n, 3, true)
+					}()
+				}
+				wg.Wait()
+				for r, err := range errs {
+					if err != nil {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := nccl.CloseAll(cctx, comms); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// TestCloseAllNames: CloseAll's errors name each communicator by its index
+// in the slice and its rank; a nil one counts as closed.
+func TestCloseAllNames(t *testing.T) {
+	l := open(t, "v230")
+	comms, err := l.InitAll(context.Background(), devList(2), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = nccl.CloseAll(ctx, []*nccl.Comm{comms[0], nil, comms[1]})
+	if !errors.Is(err, nccl.ErrClosed) || !strings.Contains(err.Error(), "comms[1] (rank 0)") || strings.Contains(err.Error(), "comms[0]") {
+		t.Fatalf("CloseAll with a nil entry: %v", err)
+	}
+	for _, c := range comms {
+		select {
+		case <-c.Done():
+		default:
+			t.Fatalf("rank %d not closed", c.Rank())
+		}
 	}
 }

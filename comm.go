@@ -69,14 +69,15 @@ import (
 // (InitAll, or InitRanks inside one Group) are driven either from one
 // goroutine, with each step's operations of every rank in one Group, or from a
 // goroutine per rank. NCCL connects the ranks inside their first operations: a
-// rank's first operation outside a Group waits for the others'. So gonccl
-// holds such a first operation, before NCCL, until every rank has one waiting
-// from a goroutine of its own, or until a Group launched operations of every
-// rank. The goroutine that made the ranks is refused after ArrivalGrace with
+// rank's first operation outside a Group (or a Group's that holds some ranks
+// but not all) waits for the others'. So gonccl holds such a first operation,
+// before NCCL, until every rank has one waiting from a goroutine of its own,
+// or until a Group launched operations of every rank. The goroutine that made the ranks is refused after ArrivalGrace with
 // an error matching ErrInvalidUsage ("put the ranks' operations in one
 // Group"): it would otherwise wait inside NCCL for ranks it has yet to call.
 // Other goroutines wait as NCCL would, before NCCL, where Abort and Close
-// reach them. After the ranks met once, operations go straight to NCCL: a
+// reach them: one of them driving several ranks is told apart from the first
+// of a goroutine per rank by nothing but time, so it is not refused. After the ranks met once, operations go straight to NCCL: a
 // later operation that connects anew (a Send to a new peer, a size that takes
 // a new algorithm) still waits inside NCCL for the other ranks, so one
 // goroutine keeps every step of several ranks in one Group. Ranks made by
@@ -420,19 +421,20 @@ func (c *Comm) Close(ctx context.Context) error {
 // communicator held in this process (InitAll's) together. Communicators of
 // different devices close in parallel, those of one device in turn (NCCL
 // takes no calls in parallel on one device's communicators). It returns once
-// every Close has returned, their errors joined, each naming its rank.
+// every Close has returned, their errors joined, each naming its index in
+// comms and its rank (a nil or zero Comm counts as closed: ErrClosed).
 func CloseAll(ctx context.Context, comms []*Comm) error {
 	if ctx == nil {
 		return nilContext("CloseAll")
 	}
-	byDev := map[int][]*Comm{}
+	byDev := map[int][]int{} // indexes into comms, by device
 	var devs []int
-	for _, c := range comms {
+	for k, c := range comms {
 		d := c.Device()
 		if _, ok := byDev[d]; !ok {
 			devs = append(devs, d)
 		}
-		byDev[d] = append(byDev[d], c)
+		byDev[d] = append(byDev[d], k)
 	}
 	errs := make([]error, len(devs))
 	var wg sync.WaitGroup
@@ -441,9 +443,10 @@ func CloseAll(ctx context.Context, comms []*Comm) error {
 		go func() {
 			defer wg.Done()
 			var de []error
-			for _, c := range byDev[d] {
+			for _, k := range byDev[d] {
+				c := comms[k]
 				if err := c.Close(ctx); err != nil {
-					de = append(de, fmt.Errorf("rank %d: %w", c.Rank(), err))
+					de = append(de, fmt.Errorf("comms[%d] (rank %d): %w", k, c.Rank(), err))
 				}
 			}
 			errs[i] = errors.Join(de...)
@@ -502,6 +505,14 @@ func (c *Comm) bounded(ctx context.Context, method, fn string, call func() error
 		}
 		return nil
 	case <-ctx.Done():
+		select {
+		case err := <-res: // it returned as ctx ended: its result stands
+			if err != nil {
+				return c.abortAfter(inMethod(method, err))
+			}
+			return nil
+		default:
+		}
 		if !abort { // freeing already: Done is closed when NCCL returns
 			return fmt.Errorf("%s had not returned when the context ended (NCCL waits inside it, where no context reaches); the communicator is freed when it returns (Comm.Done): %w", what, ctx.Err())
 		}

@@ -327,8 +327,19 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 		return nil
 	}
 	for i := range g.ops {
-		if c := g.ops[i].c; !slices.Contains(g.comms, c) {
+		op := &g.ops[i]
+		if c := op.c; !slices.Contains(g.comms, c) {
 			g.comms = append(g.comms, c)
+		}
+		if (op.sym == fnSend || op.sym == fnRecv) && int32(g.calls[i+1].Args[3]) == int32(op.c.rank) && !g.ncclOpen {
+			if err := g.selfPaired(op.c); err != nil {
+				return err
+			}
+		}
+	}
+	if !g.ncclOpen {
+		if err := meetPartial(g.comms); err != nil {
+			return err
 		}
 	}
 	if err := admitAll(g.comms); err != nil {
@@ -522,4 +533,30 @@ func (l *Library) unpinAfter(p *runtime.Pinner) {
 	l.pins = append(l.pins, p)
 	l.pinsMu.Unlock()
 	l.releasePins()
+}
+
+// selfPaired refuses a group whose Sends to c's own rank and Recvs from it
+// do not pair up: NCCL pairs them one by one at the group's end and refuses
+// the group otherwise (enqueue.cc, scheduleP2pTasksToPlan: "Trying to send to
+// self without a matching recv"), leaving a non-blocking communicator in
+// error for good. Runs only for a group that holds such a call.
+func (g *groupRec) selfPaired(c *Comm) error {
+	sends, recvs := 0, 0
+	for i := range g.ops {
+		op := &g.ops[i]
+		if op.c != c || int32(g.calls[i+1].Args[3]) != int32(c.rank) {
+			continue
+		}
+		switch op.sym {
+		case fnSend:
+			sends++
+		case fnRecv:
+			recvs++
+		}
+	}
+	if sends == recvs {
+		return nil
+	}
+	return &Error{Op: "ncclGroupEnd", Code: abi.InvalidUsage, Msg: fmt.Sprintf(
+		"rank %d's Group holds %d Send(s) to its own rank and %d Recv(s) from it: NCCL pairs them one by one and refuses the group; put each Send to itself with its Recv", c.rank, sends, recvs)}
 }

@@ -152,8 +152,9 @@ func TestSendRecvSelfOutsideGroup(t *testing.T) {
 // TestSendRecvSelfInGroup: inside a Group a Send to the communicator's own
 // rank with its matching Recv is legal and delivers the data, on one rank and
 // on each rank of two at once; a Group holding one half alone fails at its
-// end as NCCL fails it ("Trying to send to self without a matching recv"),
-// and a blocking communicator stays usable.
+// end, refused before NCCL (which fails it with "Trying to send to self
+// without a matching recv" and leaves a non-blocking communicator in error),
+// and the communicator stays usable.
 func TestSendRecvSelfInGroup(t *testing.T) {
 	const elems = 4096
 	l := selfOpen(t)
@@ -196,27 +197,32 @@ func TestSendRecvSelfInGroup(t *testing.T) {
 			})
 		}
 	}
-	t.Run("one half in a Group", func(t *testing.T) {
-		ranks := initRanks(t, l, 1)
-		rk := ranks[0]
-		src := randomInt32s(elems)
-		a := upload(t, l, rk.dev, src)
-		b := upload(t, l, rk.dev, make([]int32, elems))
-		abortIfFailed(t, ranks)
-		for _, half := range []struct {
-			name, text string
-			call       func() error
-		}{
-			{"Send", "Trying to send to self without a matching recv", func() error { return rk.comm.Send(a, 0, rk.s) }},
-			{"Recv", "Trying to recv to self without a matching send", func() error { return rk.comm.Recv(b, 0, rk.s) }},
-		} {
-			err := l.Group(half.call)
-			if !errors.Is(err, nccl.ErrInvalidUsage) || !strings.Contains(err.Error(), half.text) {
-				t.Fatalf("a Group holding only a %s to itself: %v, want ErrInvalidUsage with %q", half.name, err, half.text)
+	for _, mode := range selfModes {
+		t.Run("one half in a Group/"+mode.name, func(t *testing.T) {
+			ranks := initRanksCtx(t, l, 1, mode.ctx(t))
+			rk := ranks[0]
+			src := randomInt32s(elems)
+			a := upload(t, l, rk.dev, src)
+			b := upload(t, l, rk.dev, make([]int32, elems))
+			abortIfFailed(t, ranks)
+			for _, half := range []struct {
+				name, text string
+				call       func() error
+			}{
+				{"Send", "1 Send(s) to its own rank and 0 Recv(s)", func() error { return rk.comm.Send(a, 0, rk.s) }},
+				{"Recv", "0 Send(s) to its own rank and 1 Recv(s)", func() error { return rk.comm.Recv(b, 0, rk.s) }},
+			} {
+				err := l.Group(half.call)
+				if !errors.Is(err, nccl.ErrInvalidUsage) || !strings.Contains(err.Error(), half.text) {
+					t.Fatalf("a Group holding only a %s to itself: %v, want ErrInvalidUsage with %q", half.name, err, half.text)
+				}
 			}
-		}
-		selfPair(t, rk, a, b, src)
-	})
+			if err := rk.comm.AsyncError(); err != nil {
+				t.Fatalf("the communicator after the refused groups: %v", err)
+			}
+			selfPair(t, rk, a, b, src)
+		})
+	}
 }
 
 // TestAlltoAllvLocalSelfCounts: in the local form, what a rank sends to

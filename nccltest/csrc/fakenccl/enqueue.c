@@ -250,13 +250,15 @@ static ncclResult_t self_unmatched(task* list) {
             else if (u->kind == kRecv) recvs++;
         }
         if (sends == recvs) continue;
+        /* The text first: a poll that sees the error reads it next. */
+        ncclResult_t r = sends > recvs ? fail(ncclInvalidUsage, "Trying to send to self without a matching recv")
+                                       : fail(ncclInvalidUsage, "Trying to recv to self without a matching send");
         pthread_mutex_lock(&g);
         for (task* v = list; v; v = v->next)
             if (!v->c->blocking) set_sticky(v->c, ncclInvalidUsage);
         pthread_cond_broadcast(&gc);
         pthread_mutex_unlock(&g);
-        if (sends > recvs) return fail(ncclInvalidUsage, "Trying to send to self without a matching recv");
-        return fail(ncclInvalidUsage, "Trying to recv to self without a matching send");
+        return r;
     }
     return ncclSuccess;
 }
