@@ -119,19 +119,7 @@ func TestCloseDeadPeerChild(t *testing.T) {
 	l := closeOpen(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	path := filepath.Join(dir, "id")
-	var id nccl.UniqueID
-	var err error
-	if r == 0 {
-		if id, err = l.GetUniqueID(); err != nil {
-			t.Fatal(err)
-		}
-		if err := ftWriteID(path, id); err != nil {
-			t.Fatal(err)
-		}
-	} else if id, err = ftReadID(ctx, path); err != nil {
-		t.Fatal(err)
-	}
+	id := ftShareID(t, l, ctx, dir, r)
 	// The default Config: a blocking communicator. Its init is bounded by
 	// ctx as every init is.
 	c, err := l.InitRank(ctx, devOf(r), id, n, r, nil)

@@ -210,24 +210,10 @@ func TestFakeFaultMPChild(t *testing.T) {
 // their mode), ctx for waits.
 type ftJob struct{ mk, ctx context.Context }
 
-// ftInit joins rank r of n: rank 0's process makes the id (and so hosts the
-// rendezvous) and writes it to dir/id; the others read it from there.
+// ftInit joins rank r of n with the id ftShareID passes through dir.
 func ftInit(t *testing.T, l *nccl.Library, j ftJob, dir string, r, n int) (*nccl.Comm, nccl.Stream) {
 	t.Helper()
-	ctx := j.ctx
-	path := filepath.Join(dir, "id")
-	var id nccl.UniqueID
-	var err error
-	if r == 0 {
-		if id, err = l.GetUniqueID(); err != nil {
-			t.Fatal(err)
-		}
-		if err := ftWriteID(path, id); err != nil {
-			t.Fatal(err)
-		}
-	} else if id, err = ftReadID(ctx, path); err != nil {
-		t.Fatal(err)
-	}
+	id := ftShareID(t, l, j.ctx, dir, r)
 	c, err := l.InitRank(j.mk, r, id, n, r, modeOf(j.mk, nil))
 	if err != nil {
 		t.Fatal(err)
@@ -241,6 +227,26 @@ func ftInit(t *testing.T, l *nccl.Library, j ftJob, dir string, r, n int) (*nccl
 	}
 	t.Cleanup(func() { s.Destroy() })
 	return c, s
+}
+
+// ftShareID is the id of a job whose rank 0's process makes it (and so hosts
+// the rendezvous) and writes it to dir/id; the others read it from there.
+func ftShareID(t *testing.T, l *nccl.Library, ctx context.Context, dir string, r int) nccl.UniqueID {
+	t.Helper()
+	path := filepath.Join(dir, "id")
+	var id nccl.UniqueID
+	var err error
+	if r == 0 {
+		if id, err = l.GetUniqueID(); err != nil {
+			t.Fatal(err)
+		}
+		if err := ftWriteID(path, id); err != nil {
+			t.Fatal(err)
+		}
+	} else if id, err = ftReadID(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 func ftWriteID(path string, id nccl.UniqueID) error {
