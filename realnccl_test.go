@@ -342,12 +342,12 @@ func TestRealNCCLNoGPU(t *testing.T) {
 	var ne *nccl.Error
 	if comms != nil || !errors.As(err, &ne) || !errors.Is(err, nccl.ErrUnhandledCuda) || ne.Op != "ncclCommInitAll" ||
 		ne.Code != abi.UnhandledCudaError || ne.Msg != realCudaFailure {
-		t.Errorf("InitAll = %v, %#v; want ncclCommInitAll: ncclUnhandledCudaError: %s", comms, err, realCudaFailure)
+		t.Errorf("InitAll = %v, %#v; want InitAll: ncclCommInitAll: ncclUnhandledCudaError: %s", comms, err, realCudaFailure)
 	}
 	if got := l.LastError(); got != realCudaFailure {
 		t.Errorf("LastError after InitAll = %q, want %q", got, realCudaFailure)
 	}
-	want := "ncclCommInitAll: ncclUnhandledCudaError: " + realCudaFailure
+	want := "InitAll: ncclCommInitAll: ncclUnhandledCudaError: " + realCudaFailure // the Go method, then the C function
 	if err == nil || err.Error() != want {
 		t.Errorf("InitAll error text %q, want %q", err, want)
 	}
