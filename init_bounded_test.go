@@ -115,3 +115,61 @@ func testBlockingInitGivenUp(t *testing.T, l *nccl.Library) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestBlockingSplitGivenUp: a blocking communicator's Split waits inside NCCL
+// for the other ranks, where no context reaches. gonccl runs it on a goroutine
+// of its own: rank 0's Split returns at its deadline with an error wrapping
+// context.DeadlineExceeded, and once rank 1 comes (3 s later) NCCL's split
+// ends and rank 0's parent and the communicator it made are aborted. Rank 1
+// gets its communicator; its peer being gone, it is aborted too.
+func TestBlockingSplitGivenUp(t *testing.T) {
+	l := open(t, "v230")
+	comms, err := l.InitAll(context.Background(), devList(2), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !comms[0].Blocking() {
+		t.Fatal("not blocking")
+	}
+	late := make(chan error, 1)
+	go func() {
+		time.Sleep(3 * time.Second)
+		c, err := comms[1].Split(context.Background(), 0, 1, nil)
+		if c != nil {
+			c.Abort()
+		}
+		late <- err
+	}()
+	const deadline = 500 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	c, err := comms[0].Split(ctx, 0, 0, nil)
+	el := time.Since(start)
+	if c != nil || !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "Split: ") {
+		t.Fatalf("Split after %v = %v, %v; want an error wrapping context.DeadlineExceeded that names Split", el, c, err)
+	}
+	if el > deadline+time.Second {
+		t.Fatalf("Split returned after %v, deadline %v", el, deadline)
+	}
+	t.Logf("Split returned after %v: %v", el.Round(time.Millisecond), err)
+	if err := <-late; err != nil {
+		t.Logf("rank 1's Split: %v", err)
+	}
+	select {
+	case <-comms[0].Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("rank 0's parent not freed once NCCL's split returned")
+	}
+	comms[1].Abort()
+	// Library.Close refuses until what the given-up split made is aborted.
+	for stop := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		err := l.Close()
+		if err == nil {
+			break
+		}
+		if time.Now().After(stop) {
+			t.Fatalf("Library.Close after the split ended: %v", err)
+		}
+	}
+}

@@ -89,8 +89,8 @@ func (c *Comm) waitOutstanding(ctx context.Context, op string) error {
 		if err != nil {
 			return false, err
 		}
-		if _, err := c.pollVerdict(op, r, nil); err != nil && !isInProgress(err) {
-			return false, err // a peer died, the network failed: the work will not finish
+		if _, err := c.pollVerdict("ncclCommGetAsyncError", r, nil); err != nil && !isInProgress(err) {
+			return false, inMethod(op, err) // a peer died, the network failed: the work will not finish
 		}
 		pending = slices.DeleteFunc(pending, func(h uintptr) bool { return c.streamIdle(cu, h) })
 		return len(pending) == 0, nil
