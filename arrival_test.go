@@ -24,7 +24,7 @@ func TestArrivalOneGoroutineRefused(t *testing.T) {
 	for _, m := range commModes {
 		for _, n := range []int{2, 4} {
 			t.Run(fmt.Sprintf("%s/%d ranks", m.name, n), func(t *testing.T) {
-				oneGoroutineRefused(t, l, m.ctx(t), n, 300*time.Millisecond)
+				oneGoroutineRefused(t, l, m.ctx(t), n, 300*time.Millisecond, loneAllReduce)
 			})
 		}
 	}
@@ -35,7 +35,7 @@ func TestArrivalOneGoroutineRefused(t *testing.T) {
 // must come back within grace + 1 s, refused with ErrInvalidUsage and the
 // advice to use a Group; nothing reached NCCL, so a Group of every rank then
 // all-reduces correctly and the ranks close one after another.
-func oneGoroutineRefused(t *testing.T, l *nccl.Library, ctx context.Context, n int, grace time.Duration) {
+func oneGoroutineRefused(t *testing.T, l *nccl.Library, ctx context.Context, n int, grace time.Duration, call firstCall) {
 	comms, err := l.InitAll(ctx, devList(n), modeOf(ctx, nil))
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func oneGoroutineRefused(t *testing.T, l *nccl.Library, ctx context.Context, n i
 	// would: without the refusal the call waits inside NCCL for good, where
 	// the watchdog's abort does not reach it (the test then times out).
 	start := time.Now()
-	err = comms[0].AllReduce(b, b, nccl.Sum, s)
+	err = call(l, comms[0], b, s)
 	el := time.Since(start)
 	if !errors.Is(err, nccl.ErrInvalidUsage) || !strings.Contains(err.Error(), "one Group") {
 		t.Fatalf("after %v: %v, want ErrInvalidUsage saying to use one Group", el, err)
@@ -81,6 +81,19 @@ func oneGoroutineRefused(t *testing.T, l *nccl.Library, ctx context.Context, n i
 			t.Fatalf("rank %d: Close: %v", c.Rank(), err)
 		}
 	}
+}
+
+// firstCall is the maker's first operation on rank c in oneGoroutineRefused.
+type firstCall func(l *nccl.Library, c *nccl.Comm, b nccl.Buffer, s nccl.Stream) error
+
+// loneAllReduce is an all-reduce outside a Group.
+func loneAllReduce(l *nccl.Library, c *nccl.Comm, b nccl.Buffer, s nccl.Stream) error {
+	return c.AllReduce(b, b, nccl.Sum, s)
+}
+
+// groupOfOne is an all-reduce in a Group of its own rank only.
+func groupOfOne(l *nccl.Library, c *nccl.Comm, b nccl.Buffer, s nccl.Stream) error {
+	return l.Group(func() error { return c.AllReduce(b, b, nccl.Sum, s) })
 }
 
 func TestArrivalGoroutinePerRank(t *testing.T) {
@@ -332,40 +345,7 @@ func TestArrivalPartialGroups(t *testing.T) {
 	for _, m := range commModes {
 		for _, n := range []int{2, 4} {
 			t.Run(fmt.Sprintf("%s/%d ranks/the maker, a Group per rank", m.name, n), func(t *testing.T) {
-				ctx := m.ctx(t)
-				comms, err := l.InitAll(ctx, devList(n), modeOf(ctx, nil))
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, err := l.CUDA().Alloc(comms[0].Device(), nccl.Float32, 64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer b.Free()
-				watchdog := time.AfterFunc(5*time.Second, func() {
-					for _, c := range comms {
-						c.Abort()
-					}
-				})
-				defer watchdog.Stop()
-				start := time.Now()
-				err = l.Group(func() error { return comms[0].AllReduce(b, b, nccl.Sum, nccl.Stream{}) })
-				el := time.Since(start)
-				if !errors.Is(err, nccl.ErrInvalidUsage) || !strings.Contains(err.Error(), "one Group") {
-					t.Fatalf("after %v: %v, want ErrInvalidUsage saying to use one Group", el, err)
-				}
-				if el > 300*time.Millisecond+time.Second {
-					t.Fatalf("refused after %v", el)
-				}
-				if !watchdog.Stop() {
-					t.Fatal("the watchdog aborted the ranks")
-				}
-				groupedSumCheck(t, l, comms, 5)
-				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				if err := nccl.CloseAll(cctx, comms); err != nil {
-					t.Fatal(err)
-				}
+				oneGoroutineRefused(t, l, m.ctx(t), n, 300*time.Millisecond, groupOfOne)
 			})
 			t.Run(fmt.Sprintf("%s/%d ranks/a goroutine per rank, a Group each", m.name, n), func(t *testing.T) {
 				ctx := m.ctx(t)

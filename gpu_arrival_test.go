@@ -29,14 +29,14 @@ func TestGPUArrivalOneGoroutineRefused(t *testing.T) {
 		for _, k := range gpuRankCounts(n) {
 			t.Run(fmt.Sprintf("%s/%d ranks", m.name, k), func(t *testing.T) {
 				for range gpuRounds() {
-					oneGoroutineRefused(t, l, m.ctx(t), k, grace)
+					oneGoroutineRefused(t, l, m.ctx(t), k, grace, loneAllReduce)
 				}
 			})
 		}
 	}
 	t.Run("default grace", func(t *testing.T) {
 		ld, _ := openReal(t)
-		oneGoroutineRefused(t, ld, t.Context(), 2, nccl.ArrivalGrace)
+		oneGoroutineRefused(t, ld, t.Context(), 2, nccl.ArrivalGrace, loneAllReduce)
 	})
 }
 
