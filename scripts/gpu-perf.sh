@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The performance measurements of one lease of a machine of N GPUs (every GPU
+# The performance measurements of one machine of N GPUs (every GPU
 # nvidia-smi lists, or N; 4 or 8), phase by phase, each phase's summary
-# written to OUT as soon as it ends (a lease cut short still brings back the
+# written to OUT as soon as it ends (a job cut short still brings back the
 # phases done):
 #
 #   modes-g      all_reduce, one process driving N GPUs: plain, -G, -R 2, -R 2 -G and

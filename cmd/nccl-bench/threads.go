@@ -17,7 +17,7 @@ import (
 // averages them). With one GPU per thread each GPU's launches, plain or of
 // its graph, come from its own thread, where -g alone launches every GPU's
 // from one: on 4 × H200 that thread's graph launches set the time
-// (docs/performance.md, ninth lease).
+// (docs/performance.md).
 
 // newBenches makes one bench per thread over consecutive groups of g of
 // comms: all at once where there are several, as a symmetric window's
