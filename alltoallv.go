@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"github.com/gonccl/nccl/internal/capi"
 	"unsafe"
 )
 
@@ -60,7 +61,7 @@ func (c *Comm) AlltoAllv(send, recv Buffer, m Layout, s Stream) error {
 	if overlap(send, recv) {
 		return argError(name, "send and recv overlap: all-to-all-v cannot run in place")
 	}
-	native, err := c.route(fnAlltoAllv)
+	native, err := c.route(capi.FnAlltoAllv)
 	if err != nil {
 		return err
 	}
@@ -93,12 +94,12 @@ func (c *Comm) AlltoAllv(send, recv Buffer, m Layout, s Stream) error {
 	dt := recv.dt
 	for p := range n {
 		if k := int(row.SendCounts[p]); k > 0 {
-			if err = c.p2p(g, fnSend, send.ptr+offset(dt, int(row.SendDispls[p])), k, dt, p, s); err != nil {
+			if err = c.p2p(g, capi.FnSend, send.ptr+offset(dt, int(row.SendDispls[p])), k, dt, p, s); err != nil {
 				break
 			}
 		}
 		if k := int(row.RecvCounts[p]); k > 0 {
-			if err = c.p2p(g, fnRecv, recv.ptr+offset(dt, int(row.RecvDispls[p])), k, dt, p, s); err != nil {
+			if err = c.p2p(g, capi.FnRecv, recv.ptr+offset(dt, int(row.RecvDispls[p])), k, dt, p, s); err != nil {
 				break
 			}
 		}
@@ -119,9 +120,11 @@ func (c *Comm) alltoallvNative(send, recv Buffer, m Layout, s Stream) error {
 	rc, rd := uintptr(unsafe.Pointer(&m.RecvCounts[0])), uintptr(unsafe.Pointer(&m.RecvDispls[0]))
 	var err error
 	if l.a2avABI == 10 {
-		err = c.ncclAlltoAllv10(send.ptr, sc, sd, recv.ptr, rc, rd, 0, recv.dt, s.h)
+		o := capi.AlltoAllv10(uintptr(send.ptr), sc, sd, uintptr(recv.ptr), rc, rd, 0, recv.dt, s.h)
+		err = c.stream(&o)
 	} else {
-		err = c.ncclAlltoAllv11(send.ptr, sc, sd, recv.ptr, rc, rd, 0, 0, recv.dt, s.h)
+		o := capi.AlltoAllv11(uintptr(send.ptr), sc, sd, uintptr(recv.ptr), rc, rd, 0, 0, recv.dt, s.h)
+		err = c.stream(&o)
 	}
 	l.unpinAfter(pin) // inside a group, NCCL reads them when it launches
 	return err

@@ -106,7 +106,7 @@ func (cu *CUDA) Alloc(dev int, dt DataType, n int) (Buffer, error) {
 		if err := cu.refuseHere(op); err != nil { // CUDA forbids cudaMalloc on a capturing thread
 			return err
 		}
-		return cu.cudaMalloc(&p, uintptr(size))
+		return cu.rt.Malloc((*uintptr)(&p), uintptr(size))
 	})
 	if err != nil {
 		return Buffer{}, err
@@ -173,7 +173,7 @@ func (b Buffer) Free() error {
 	}
 	switch m.kind {
 	case allocCUDA:
-		return m.cu.OnDevice(m.dev, func() error { return m.cu.cudaFree(m.base) })
+		return m.cu.OnDevice(m.dev, func() error { return m.cu.rt.Free(uintptr(m.base)) })
 	case allocSymmetric:
 		err := m.comm.DeregisterWindow(Window{h: m.win, comm: m.comm})
 		if ferr := m.lib.memFree(m.dev, m.base); err == nil {
@@ -250,10 +250,10 @@ func (b Buffer) Memset(v byte) error {
 		return err
 	}
 	return cu.OnDevice(b.mem.dev, func() error {
-		if err := cu.cudaMemset(b.ptr, int32(v), uintptr(b.Size())); err != nil {
+		if err := cu.rt.Memset(uintptr(b.ptr), int32(v), uintptr(b.Size())); err != nil {
 			return err
 		}
-		return cu.cudaStreamSynchronize(0)
+		return cu.rt.StreamSynchronize(0)
 	})
 }
 
@@ -268,9 +268,9 @@ func (b Buffer) MemsetAsync(v byte, s Stream) error {
 		return destroyedStream(op)
 	}
 	if s.h == 0 && s.cu != nil { // the legacy stream of s's device, not the thread's current one
-		return cu.OnDevice(s.dev, func() error { return cu.cudaMemsetAsync(b.ptr, int32(v), uintptr(b.Size()), 0) })
+		return cu.OnDevice(s.dev, func() error { return cu.rt.MemsetAsync(uintptr(b.ptr), int32(v), uintptr(b.Size()), 0) })
 	}
-	return cu.cudaMemsetAsync(b.ptr, int32(v), uintptr(b.Size()), s.h)
+	return cu.rt.MemsetAsync(uintptr(b.ptr), int32(v), uintptr(b.Size()), s.h)
 }
 
 // CopyIn copies host into the start of b, whose type must be T's, and returns

@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 	"slices"
 	"sync"
@@ -156,12 +157,12 @@ func (cu *CUDA) noteComm(c *Comm, h uintptr) bool {
 // false where the runtime lacks cudaThreadExchangeStreamCaptureMode or refuses
 // it: nothing was changed.
 func (cu *CUDA) relax() (prev int32, ok bool) {
-	if !cu.has(cuThreadExchangeStreamCaptureMode) {
+	if !cu.has(capi.CuThreadExchangeStreamCaptureMode) {
 		return 0, false
 	}
 	runtime.LockOSThread()
 	prev = captureModeRelaxed
-	if cu.cudaThreadExchangeStreamCaptureMode(&prev) != nil {
+	if cu.rt.ThreadExchangeStreamCaptureMode(&prev) != nil {
 		runtime.UnlockOSThread()
 		return 0, false
 	}
@@ -173,7 +174,7 @@ func (cu *CUDA) unrelax(prev int32, ok bool) {
 	if !ok {
 		return
 	}
-	_ = cu.cudaThreadExchangeStreamCaptureMode(&prev)
+	_ = cu.rt.ThreadExchangeStreamCaptureMode(&prev)
 	runtime.UnlockOSThread()
 }
 

@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"encoding/binary"
+	"github.com/gonccl/nccl/internal/capi"
 	"hash/fnv"
 	"runtime"
 	"sync"
@@ -166,7 +167,7 @@ func (c *Comm) freeWhenQuiet() {
 
 // freeGated frees c (q.mu held, gate closed), then opens the gate.
 func (c *Comm) freeGated() error {
-	err := c.free(fnCommAbort)
+	err := c.free(capi.FnCommAbort)
 	c.q.gate.And(^int32(gateAbort))
 	c.q.mu.Unlock()
 	return err

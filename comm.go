@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gonccl/nccl/internal/capi"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -259,7 +260,7 @@ func (c *Comm) free(sym int) error {
 		<-c.done
 		return c.freeErr
 	}
-	if sym == fnCommAbort && c.graphs.Load() > 0 {
+	if sym == capi.FnCommAbort && c.graphs.Load() > 0 {
 		// NCCL would wait in ncclCommAbort for the graphs holding the
 		// communicator to be destroyed: an abort cannot wait for the user.
 		// The state is no longer open, so a capture that ends from now on
@@ -273,14 +274,14 @@ func (c *Comm) free(sym int) error {
 		}
 	}
 	var err error
-	if sym == fnCommAbort {
+	if sym == capi.FnCommAbort {
 		// ncclCommAbort completes the communicator's pending non-blocking
 		// group as a poll does (ncclCommEnsureReady): not beside one.
 		c.lib.pollMu.Lock()
-		err = c.lib.ncclCommAbort(c.h)
+		err = c.lib.nc.CommAbort(c.h)
 		c.lib.pollMu.Unlock()
 	} else {
-		err = c.lib.ncclCommDestroy(c.h)
+		err = c.lib.nc.CommDestroy(c.h)
 	}
 	if isInProgress(err) { // a non-blocking destroy runs on; NCCL owns it now
 		err = nil
@@ -289,7 +290,7 @@ func (c *Comm) free(sym int) error {
 	c.moveState(stClosed, stOpen, stClosing, stAborting)
 	c.cfg.free()
 	c.lib.untrack(c)
-	c.lib.leaveClique(c, sym == fnCommAbort)
+	c.lib.leaveClique(c, sym == capi.FnCommAbort)
 	close(c.done)
 	return err
 }
@@ -412,9 +413,9 @@ func (c *Comm) Close(ctx context.Context) error {
 		return &ClosedError{Op: op + ": ncclCommDestroy", What: "communicator"}
 	}
 	if c.blocking {
-		return c.bounded(ctx, op, "ncclCommDestroy", func() error { return c.free(fnCommDestroy) }, nil, false)
+		return c.bounded(ctx, op, "ncclCommDestroy", func() error { return c.free(capi.FnCommDestroy) }, nil, false)
 	}
-	return c.free(fnCommDestroy)
+	return c.free(capi.FnCommDestroy)
 }
 
 // CloseAll closes comms under one ctx, as Close closes each: the ranks of one
@@ -469,9 +470,9 @@ func (c *Comm) finalize(ctx context.Context, op string) error {
 	if c.blocking {
 		// The call stays counted until NCCL returns: an abort at ctx's end
 		// frees the communicator then, never under the call.
-		return c.bounded(ctx, op, fn, func() error { return c.lib.ncclCommFinalize(h) }, c.exit, true)
+		return c.bounded(ctx, op, fn, func() error { return c.lib.nc.CommFinalize(h) }, c.exit, true)
 	}
-	err = c.lib.ncclCommFinalize(h)
+	err = c.lib.nc.CommFinalize(h)
 	c.exit()
 	if isInProgress(err) {
 		err = c.waitReady(ctx, op, true)
@@ -648,7 +649,7 @@ func (c *Comm) asyncResult(op string, closing bool) (abi.Result, error) {
 // allocation.
 func (l *Library) pollAsync(h uintptr) (abi.Result, error) {
 	l.pollMu.Lock()
-	err := l.ncclCommGetAsyncError(h, &l.pollRes)
+	err := l.nc.CommGetAsyncError(h, &l.pollRes)
 	r := abi.Result(l.pollRes)
 	l.pollMu.Unlock()
 	return r, err

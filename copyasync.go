@@ -105,9 +105,9 @@ func CopyAsync(dst, src Buffer, s Stream) error {
 //go:uintptrescapes
 func (cu *CUDA) memcpyAsync(dst, src, n uintptr, s Stream) error {
 	if s.h == 0 {
-		return cu.OnDevice(s.dev, func() error { return cu.cudaMemcpyAsync(dst, src, n, abi.MemcpyDefault, 0) })
+		return cu.OnDevice(s.dev, func() error { return cu.rt.MemcpyAsync(dst, src, n, abi.MemcpyDefault, 0) })
 	}
-	return cu.cudaMemcpyAsync(dst, src, n, abi.MemcpyDefault, s.h)
+	return cu.rt.MemcpyAsync(dst, src, n, abi.MemcpyDefault, s.h)
 }
 
 func checkAsyncCopy(op string, b Buffer, dt DataType, n int, s Stream) error {

@@ -1,6 +1,10 @@
 package nccl
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/gonccl/nccl/internal/capi"
+)
 
 // CUDA runtime calls programs need beside NCCL: host memory registration,
 // device attributes, peer access, stream priorities and stream-ordered
@@ -47,7 +51,7 @@ func (cu *CUDA) HostRegister(p []byte, flags HostRegisterFlags) error {
 	if err := cu.refuseHere(op); err != nil {
 		return err
 	}
-	return cu.cudaHostRegister(unsafe.Pointer(&p[0]), uintptr(len(p)), flags)
+	return cu.rt.HostRegister(unsafe.Pointer(&p[0]), uintptr(len(p)), uint32(flags))
 }
 
 // HostUnregister unregisters memory registered by HostRegister; p starts where
@@ -63,7 +67,7 @@ func (cu *CUDA) HostUnregister(p []byte) error {
 	if err := cu.refuseHere(op); err != nil {
 		return err
 	}
-	return cu.cudaHostUnregister(unsafe.Pointer(&p[0]))
+	return cu.rt.HostUnregister(unsafe.Pointer(&p[0]))
 }
 
 // DeviceAttr is cudaDeviceAttr: what DeviceAttribute reads.
@@ -95,7 +99,7 @@ func (cu *CUDA) DeviceAttribute(dev int, a DeviceAttr) (int, error) {
 		return 0, err
 	}
 	var v int32
-	err := cu.cudaDeviceGetAttribute(&v, a, dev)
+	err := cu.rt.DeviceGetAttribute(&v, int32(a), dev)
 	return int(v), err
 }
 
@@ -133,7 +137,7 @@ func (cu *CUDA) CanAccessPeer(dev, peer int) (bool, error) {
 		return false, err
 	}
 	var can int32
-	err := cu.cudaDeviceCanAccessPeer(&can, dev, peer)
+	err := cu.rt.DeviceCanAccessPeer(&can, dev, peer)
 	return can != 0, err
 }
 
@@ -154,7 +158,7 @@ func (cu *CUDA) EnablePeerAccess(dev, peer int) error {
 		return argError(op, "device %d cannot be its own peer", dev)
 	}
 	return cu.OnDevice(dev, func() error {
-		err := cu.cudaDeviceEnablePeerAccess(peer)
+		err := cu.rt.DeviceEnablePeerAccess(peer)
 		if e, ok := err.(*CUDAError); ok && e.Code == CUDAErrorPeerAccessAlreadyEnabled {
 			return nil // failure already cleared the thread's last error
 		}
@@ -172,7 +176,7 @@ func (cu *CUDA) DisablePeerAccess(dev, peer int) error {
 	if err := checkInt32(op, "peer", peer, 0); err != nil {
 		return err
 	}
-	return cu.OnDevice(dev, func() error { return cu.cudaDeviceDisablePeerAccess(peer) })
+	return cu.OnDevice(dev, func() error { return cu.rt.DeviceDisablePeerAccess(peer) })
 }
 
 // StreamPriorityRange is device dev's range of stream priorities: least is the
@@ -182,7 +186,7 @@ func (cu *CUDA) StreamPriorityRange(dev int) (least, greatest int, err error) {
 		return 0, 0, nilCUDA("StreamPriorityRange")
 	}
 	var l, g int32
-	err = cu.OnDevice(dev, func() error { return cu.cudaDeviceGetStreamPriorityRange(&l, &g) })
+	err = cu.OnDevice(dev, func() error { return cu.rt.DeviceGetStreamPriorityRange(&l, &g) })
 	return int(l), int(g), err
 }
 
@@ -198,7 +202,7 @@ func (cu *CUDA) NewStreamWithPriority(dev int, flags StreamFlags, priority int) 
 		return Stream{}, argError(op, "priority %d is not a C int", priority)
 	}
 	var h uintptr
-	err := cu.OnDevice(dev, func() error { return cu.cudaStreamCreateWithPriority(&h, flags, priority) })
+	err := cu.OnDevice(dev, func() error { return cu.rt.StreamCreateWithPriority(&h, uint32(flags), priority) })
 	if err == nil {
 		destroyedStreams.Delete(h) // CUDA may hand out a destroyed stream's handle again
 	}
@@ -214,9 +218,9 @@ func (s Stream) Priority() (int, error) {
 	}
 	var p int32
 	if s.h == 0 {
-		err = cu.OnDevice(s.dev, func() error { return cu.cudaStreamGetPriority(0, &p) })
+		err = cu.OnDevice(s.dev, func() error { return cu.rt.StreamGetPriority(0, &p) })
 	} else {
-		err = cu.cudaStreamGetPriority(s.h, &p)
+		err = cu.rt.StreamGetPriority(s.h, &p)
 	}
 	return int(p), err
 }
@@ -235,8 +239,8 @@ func (cu *CUDA) MallocAsync(dt DataType, n int, s Stream) (Buffer, error) {
 	if err != nil {
 		return Buffer{}, err
 	}
-	if !cu.has(cuMallocAsync) || !cu.has(cuFreeAsync) {
-		return Buffer{}, cu.unsupported(cuMallocAsync)
+	if !cu.has(capi.CuMallocAsync) || !cu.has(capi.CuFreeAsync) {
+		return Buffer{}, cu.unsupported(capi.CuMallocAsync)
 	}
 	if s.cu == nil {
 		return Buffer{}, argError(op, "the zero Stream (use CUDA.DefaultStream or NewStream)")
@@ -248,7 +252,7 @@ func (cu *CUDA) MallocAsync(dt DataType, n int, s Stream) (Buffer, error) {
 		return Buffer{}, err
 	}
 	var p DevicePtr
-	alloc := func() error { return cu.cudaMallocAsync(&p, uintptr(size), s.h) }
+	alloc := func() error { return cu.rt.MallocAsync((*uintptr)(&p), uintptr(size), s.h) }
 	if s.h == 0 { // the legacy stream of s's device
 		err = cu.OnDevice(s.dev, alloc)
 	} else {
@@ -288,9 +292,9 @@ func (b Buffer) FreeAsync(s Stream) error {
 	}
 	var err error
 	if s.h == 0 {
-		err = m.cu.OnDevice(s.dev, func() error { return m.cu.cudaFreeAsync(m.base, 0) })
+		err = m.cu.OnDevice(s.dev, func() error { return m.cu.rt.FreeAsync(uintptr(m.base), 0) })
 	} else {
-		err = m.cu.cudaFreeAsync(m.base, s.h)
+		err = m.cu.rt.FreeAsync(uintptr(m.base), s.h)
 	}
 	if err != nil {
 		m.freed.Store(false) // not freed: it may be freed again (on a live stream)

@@ -3,6 +3,8 @@ package nccl
 import (
 	"errors"
 	"fmt"
+	"github.com/gonccl/nccl/internal/capi"
+	"github.com/gonccl/nccl/internal/load"
 	"os"
 	"runtime"
 	"unsafe"
@@ -16,10 +18,9 @@ import (
 // take the device and run pinned to a thread with it current (OnDevice).
 type CUDA struct {
 	LibraryFile
-	fn [numCUDASymbols]uintptr
+	rt capi.CUDA // the runtime's functions and the thread-device guard
 
-	capt captures     // the stream captures gonccl has open (graph.go)
-	td   threadDevice // the calling thread's device (threaddevice.go)
+	capt captures // the stream captures gonccl has open (graph.go)
 }
 
 // OpenCUDA loads the CUDA runtime alone. Of the options only WithCUDARuntime
@@ -29,40 +30,52 @@ func OpenCUDA(opts ...Option) (*CUDA, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	file, err := search(cudartSpec, o.cudart, os.Getenv)
+	file, err := load.Search(cudartSpec, o.cudart, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	cu := &CUDA{LibraryFile: file}
+	cu := &CUDA{LibraryFile: file.File}
 	// Rows with a since (the CUDA release that added them: stream-ordered
 	// allocation, graphs) are optional; the rest every runtime since 11.0 has.
-	if err := resolve(file.handle, file.Path, cudaSymbols[:], cu.fn[:], func(s *symbol) bool { return s.since == abi.Version{} }); err != nil {
+	if err := load.Resolve(file.Handle, file.Path, capi.CUDASymbols[:], cu.rt.Fn[:], func(s *capi.Symbol) bool { return s.Since == abi.Version{} }); err != nil {
 		return nil, err
 	}
-	cu.td.init(cu.fn[cuGetDevice], cu.fn[cuSetDevice])
+	cu.rt.TD.Init(cu.rt.Fn[capi.CuGetDevice], cu.rt.Fn[capi.CuSetDevice])
+	cu.rt.Err = (*cudaFailures)(cu)
 	return cu, nil
 }
 
-func (cu *CUDA) call(sym int, args ...uintptr) error {
-	r, err := cu.callOn(-1, cu.fn[sym], args...)
-	if err != nil {
-		return err
-	}
-	if r := abi.CudaError(int32(r)); r != abi.CudaSuccess {
-		return cu.failure(sym, r)
-	}
-	return nil
+// cudaFailures gives the runtime's table the CUDA's errors (capi.Failures).
+type cudaFailures CUDA
+
+func (f *cudaFailures) Result(sym int, r int32) error {
+	return (*CUDA)(f).failure(sym, abi.CudaError(r))
+}
+func (f *cudaFailures) Missing(sym int) error { return (*CUDA)(f).unsupported(sym) }
+func (f *cudaFailures) Guard(r int32) error   { return (*CUDA)(f).guardFailure(r) }
+
+// guardFailure is the error of the thread-device guard's cudaGetDevice or
+// cudaSetDevice (see capi.ThreadDevice).
+//
+//go:noinline
+func (cu *CUDA) guardFailure(code int32) error {
+	return cu.failure(capi.CuSetDevice, abi.CudaError(code))
 }
 
-//go:uintptrescapes
-func (cu *CUDA) callPtr(sym int, args ...uintptr) error {
-	return cu.call(sym, args...)
+// callOn calls fn on a thread with a current device, dev the device the call
+// concerns or -1 (see capi.ThreadDevice).
+func (cu *CUDA) callOn(dev int, fn uintptr, args ...uintptr) (uintptr, error) {
+	r, g := cu.rt.TD.Call(dev, fn, args...)
+	if g != 0 {
+		return 0, cu.guardFailure(g)
+	}
+	return r, nil
 }
 
 func (cu *CUDA) failure(sym int, r abi.CudaError) error {
 	// Clear the thread's last error, as cudaGetLastError would be expected to.
-	cu.cudaGetLastError()
-	e := &CUDAError{Op: cudaSymbols[sym].name, Code: r, Msg: cu.ErrorString(r)}
+	cu.rt.GetLastError()
+	e := &CUDAError{Op: capi.CUDASymbols[sym].Name, Code: r, Msg: cu.ErrorString(r)}
 	if r >= CUDAErrorStreamCaptureUnsupported && r <= CUDAErrorStreamCaptureWrongThread {
 		// CUDA's own refusal of a call during a capture (one gonccl did not
 		// know of, such as another library's): it matches ErrCapturing too.
@@ -74,17 +87,17 @@ func (cu *CUDA) failure(sym int, r abi.CudaError) error {
 // unsupported is the error of an optional runtime function the loaded
 // libcudart lacks.
 func (cu *CUDA) unsupported(sym int) error {
-	s := cudaSymbols[sym]
+	s := capi.CUDASymbols[sym]
 	var v abi.Version
 	if code, err := cu.RuntimeVersion(); err == nil {
 		maj, min := abi.DecodeCudaVersion(code)
 		v = abi.V(maj, min, 0)
 	}
-	return &UnsupportedError{Name: s.name, Path: cu.Path, Version: v, Requires: "CUDA >= " + shortVersion(s.since)}
+	return &UnsupportedError{Name: s.Name, Path: cu.Path, Version: v, Requires: "CUDA >= " + shortVersion(s.Since)}
 }
 
 // has reports whether the runtime exports an optional function.
-func (cu *CUDA) has(sym int) bool { return cu.fn[sym] != 0 }
+func (cu *CUDA) has(sym int) bool { return cu.rt.Fn[sym] != 0 }
 
 // A nil *CUDA (Library.CUDA's answer for a library opened
 // WithoutCUDARuntime) has no runtime to call: its methods return an error
@@ -98,7 +111,7 @@ func (cu *CUDA) ErrorName(e CUDAErrorCode) string {
 	if cu == nil {
 		return e.String()
 	}
-	return ccall.GoString(cu.cudaGetErrorName(e))
+	return ccall.GoString(cu.rt.GetErrorName(e))
 }
 
 // ErrorString is cudaGetErrorString ("invalid argument").
@@ -106,7 +119,7 @@ func (cu *CUDA) ErrorString(e CUDAErrorCode) string {
 	if cu == nil {
 		return e.String()
 	}
-	return ccall.GoString(cu.cudaGetErrorString(e))
+	return ccall.GoString(cu.rt.GetErrorString(e))
 }
 
 // RuntimeVersion is cudaRuntimeGetVersion's code (12040 for 12.4).
@@ -115,7 +128,7 @@ func (cu *CUDA) RuntimeVersion() (int, error) {
 		return 0, nilCUDA("RuntimeVersion")
 	}
 	var v int32
-	err := cu.cudaRuntimeGetVersion(&v)
+	err := cu.rt.RuntimeGetVersion(&v)
 	return int(v), err
 }
 
@@ -125,7 +138,7 @@ func (cu *CUDA) DriverVersion() (int, error) {
 		return 0, nilCUDA("DriverVersion")
 	}
 	var v int32
-	err := cu.cudaDriverGetVersion(&v)
+	err := cu.rt.DriverGetVersion(&v)
 	return int(v), err
 }
 
@@ -136,13 +149,13 @@ func (cu *CUDA) DeviceCount() (int, error) {
 		return 0, nilCUDA("DeviceCount")
 	}
 	var n int32
-	err := cu.cudaGetDeviceCount(&n)
+	err := cu.rt.GetDeviceCount(&n)
 	return int(n), err
 }
 
 // OnDevice runs fn on a locked OS thread with dev current, then restores the
 // thread's previous device, except a device 0 that the thread only reported
-// because it had none (see threaddevice.go): setting that back would create
+// because it had none (see capi.ThreadDevice): setting that back would create
 // device 0's context in a process that does not use GPU 0. The thread then
 // stays on dev.
 func (cu *CUDA) OnDevice(dev int, fn func() error) error {
@@ -155,18 +168,18 @@ func (cu *CUDA) OnDevice(dev int, fn func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var prev int32
-	if err := cu.cudaGetDevice(&prev); err != nil {
+	if err := cu.rt.GetDevice(&prev); err != nil {
 		return err
 	}
 	if int(prev) != dev {
-		if err := cu.cudaSetDevice(dev); err != nil {
+		if err := cu.rt.SetDevice(dev); err != nil {
 			return cu.noSuchDevice(dev, err)
 		}
-		if prev != 0 || cu.td.used0.Load() {
-			defer cu.cudaSetDevice(int(prev))
+		if prev != 0 || cu.rt.TD.UsedZero() {
+			defer cu.rt.SetDevice(int(prev))
 		}
 	}
-	cu.td.used(dev)
+	cu.rt.TD.Used(dev)
 	return fn()
 }
 
@@ -199,7 +212,7 @@ func (cu *CUDA) DeviceSynchronize(dev int) error {
 	if err := cu.refuseDevice("cudaDeviceSynchronize", dev); err != nil {
 		return err
 	}
-	return cu.OnDevice(dev, func() error { return cu.cudaDeviceSynchronize() })
+	return cu.OnDevice(dev, func() error { return cu.rt.DeviceSynchronize() })
 }
 
 // MemGetInfo is device dev's free and total memory in bytes (cudaMemGetInfo).
@@ -208,7 +221,7 @@ func (cu *CUDA) MemGetInfo(dev int) (free, total int, err error) {
 		return 0, 0, nilCUDA("MemGetInfo")
 	}
 	var f, t uintptr
-	err = cu.OnDevice(dev, func() error { return cu.cudaMemGetInfo(&f, &t) })
+	err = cu.OnDevice(dev, func() error { return cu.rt.MemGetInfo(&f, &t) })
 	return int(f), int(t), err
 }
 
@@ -225,7 +238,7 @@ func (cu *CUDA) MallocHost(size int) ([]byte, error) {
 		return nil, err
 	}
 	var p uintptr
-	if err := cu.cudaMallocHost(&p, uintptr(size)); err != nil {
+	if err := cu.rt.MallocHost(&p, uintptr(size)); err != nil {
 		return nil, err
 	}
 	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), size), nil
@@ -242,7 +255,7 @@ func (cu *CUDA) FreeHost(b []byte) error {
 	if err := cu.refuseHere("cudaFreeHost"); err != nil {
 		return err
 	}
-	return cu.cudaFreeHost(unsafe.Pointer(&b[0]))
+	return cu.rt.FreeHost(unsafe.Pointer(&b[0]))
 }
 
 // copyToDevice copies src to dst and waits for the bytes to land: a pageable
@@ -251,16 +264,16 @@ func (cu *CUDA) FreeHost(b []byte) error {
 // legacy stream of the current device, which carries that DMA. The caller has
 // made the destination's device current.
 func (cu *CUDA) copyToDevice(dst DevicePtr, src []byte) error {
-	if err := cu.cudaMemcpy(uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), abi.MemcpyHostToDevice); err != nil {
+	if err := cu.rt.Memcpy(uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), abi.MemcpyHostToDevice); err != nil {
 		return err
 	}
-	return cu.cudaStreamSynchronize(0)
+	return cu.rt.StreamSynchronize(0)
 }
 
 // copyFromDevice copies device memory at src into dst, synchronously, on the
 // current device.
 func (cu *CUDA) copyFromDevice(dst []byte, src DevicePtr) error {
-	return cu.cudaMemcpy(uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), abi.MemcpyDeviceToHost)
+	return cu.rt.Memcpy(uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), abi.MemcpyDeviceToHost)
 }
 
 // MemcpyAsync enqueues a copy of n bytes from src to dst on s; both are device
@@ -275,7 +288,7 @@ func (cu *CUDA) MemcpyAsync(dst, src uintptr, n int, s Stream) error {
 	if !s.alive() {
 		return destroyedStream("cudaMemcpyAsync")
 	}
-	return cu.cudaMemcpyAsync(dst, src, uintptr(n), abi.MemcpyDefault, s.h)
+	return cu.rt.MemcpyAsync(dst, src, uintptr(n), abi.MemcpyDefault, s.h)
 }
 
 // PointerAttributes says what memory p is: device (and which), host, or unknown.
@@ -284,6 +297,6 @@ func (cu *CUDA) PointerAttributes(p uintptr) (PointerAttributes, error) {
 		return PointerAttributes{}, nilCUDA("PointerAttributes")
 	}
 	var a abi.PointerAttributes
-	err := cu.cudaPointerGetAttributes(unsafe.Pointer(&a), p)
+	err := cu.rt.PointerGetAttributes(unsafe.Pointer(&a), p)
 	return a, err
 }

@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 
 	"github.com/gonccl/nccl/abi"
@@ -10,9 +11,9 @@ import (
 // group record, admission against Close and Abort, the call, and the wait for
 // a non-blocking launch.
 
-// stream runs a stream operation whose last two C arguments are the
-// communicator and the stream: args holds a placeholder for the communicator,
-// filled in once the call is admitted. Inside a Group on this goroutine it
+// stream runs a stream operation (a capi.Op), whose last two C arguments
+// are the communicator and the stream: the Op holds a placeholder for the
+// communicator, filled in once the call is admitted. Inside a Group on this goroutine it
 // records the operation instead (see Group). No allocation.
 //
 // This is the hot path of every operation, written out by hand (enter, call,
@@ -20,7 +21,8 @@ import (
 // that no Group is open, one atomic add to be admitted, a load of the
 // clique's gate, one add to leave, a load for the capture check, and the C
 // call.
-func (c *Comm) stream(sym int, args ...uintptr) error {
+func (c *Comm) stream(o *capi.Op) error {
+	sym, args := o.Sym, o.A[:o.N]
 	l := c.lib
 	if l.groupsOpen.Load() != 0 {
 		if g := l.recording(); g != nil {
@@ -30,14 +32,14 @@ func (c *Comm) stream(sym int, args ...uintptr) error {
 	// enter: counted while open, so that Abort leaves the freeing to the
 	// last call out.
 	if stateOf(c.life.Add(1)) != stOpen || c.q.gate.Load() != 0 {
-		if err := c.reenter(ncclSymbols[sym].name); err != nil {
+		if err := c.reenter(capi.NCCLSymbols[sym].Name); err != nil {
 			return err
 		}
 	}
 	if !c.blocking {
 		if !c.launching.CompareAndSwap(false, true) {
 			c.exit()
-			return busyError(ncclSymbols[sym].name)
+			return busyError(capi.NCCLSymbols[sym].Name)
 		}
 		// The launch call and the polls that wait it out stay on one OS
 		// thread (see waitFor): a goroutine that moves between them pays a
@@ -54,7 +56,7 @@ func (c *Comm) stream(sym int, args ...uintptr) error {
 		captured = cu.noteComm(c, args[n-1])
 	}
 	var err error
-	if fn := l.fn[sym]; fn == 0 {
+	if fn := l.nc.Fn[sym]; fn == 0 {
 		err = l.unsupported(sym)
 	} else if captured {
 		var r uintptr
@@ -73,7 +75,7 @@ func (c *Comm) stream(sym int, args ...uintptr) error {
 	}
 	// A non-blocking launch runs on in NCCL: the call stays counted until
 	// it is done, so that an Abort waits for it.
-	err = c.settledHeld(ncclSymbols[sym].name, err)
+	err = c.settledHeld(capi.NCCLSymbols[sym].Name, err)
 	if !c.blocking {
 		c.launching.Store(false)
 		runtime.UnlockOSThread()

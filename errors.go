@@ -3,13 +3,10 @@ package nccl
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/load"
 )
 
 // Sentinels for errors.Is. Every error gonccl returns names what failed (the
@@ -50,8 +47,6 @@ import (
 var (
 	// ErrNotSupported: the loaded library lacks an optional function or type.
 	ErrNotSupported = errors.New("not supported")
-	// ErrMissingSymbol: the library lacks a function every supported release has.
-	ErrMissingSymbol = errors.New("required symbol missing")
 	// ErrTooOld: the library is older than MinVersion.
 	ErrTooOld = errors.New("library too old")
 	// ErrClosed: the communicator was destroyed or aborted, the library
@@ -69,7 +64,7 @@ var (
 	ErrUnhandledCuda   = errors.New("unhandled CUDA error")
 	ErrSystem          = errors.New("system error")
 	ErrInternal        = errors.New("internal error")
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = load.ErrInvalidArgument // the same value as the search's (a relative path)
 	ErrInvalidUsage    = errors.New("invalid usage")
 	ErrRemote          = errors.New("remote error")
 	ErrInProgress      = errors.New("in progress")
@@ -154,18 +149,6 @@ func (e *UnsupportedError) Error() string {
 }
 
 func (e *UnsupportedError) Is(target error) bool { return target == ErrNotSupported }
-
-// MissingSymbolError is a required function absent from the library file.
-type MissingSymbolError struct {
-	Symbol string
-	Path   string
-}
-
-func (e *MissingSymbolError) Error() string {
-	return fmt.Sprintf("%s lacks %s, which every supported release exports: not a usable build", e.Path, e.Symbol)
-}
-
-func (e *MissingSymbolError) Is(target error) bool { return target == ErrMissingSymbol }
 
 // TooOldError is a library older than gonccl supports.
 type TooOldError struct {
@@ -276,123 +259,44 @@ func nilContext(method string) error {
 	return &Error{Op: method, Code: abi.InvalidArgument, Msg: "nil context.Context (pass context.Background() or context.TODO() for none)"}
 }
 
-// ---- the library search ----
-
-// LoadError reports a library that could not be loaded, with the whole search.
-type LoadError struct {
-	Library string    // "libnccl" or "libcudart"
-	Trace   []Attempt // every candidate tried
-	Err     error     // the reason: a *dlopen* failure, ErrNotFound, ErrNotELF, ...
-	Hint    string    // what to set or install
-}
-
-func (e *LoadError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "gonccl: cannot load %s: %v", e.Library, e.Err)
-	for _, a := range e.Trace {
-		b.WriteString("\n  tried ")
-		b.WriteString(a.String())
-	}
-	if e.Hint != "" {
-		b.WriteString("\n  ")
-		b.WriteString(e.Hint)
-	}
-	return b.String()
-}
-
-func (e *LoadError) Unwrap() error { return e.Err }
-
-// Errors of the search. A *LoadError wraps one of them; each Attempt's Err may too.
-var (
-	ErrNotFound  = errors.New("not found")
-	ErrNotELF    = errors.New("not an ELF shared library")
-	ErrWrongArch = errors.New("ELF file for another architecture")
-	ErrDlopen    = errors.New("dlopen failed")
-	// ErrNotRegular: a candidate is a FIFO, a socket, a device or a folder,
-	// which gonccl never opens (opening a FIFO blocks until a writer comes).
-	ErrNotRegular = errors.New("not a regular file")
-	// ErrCorruptELF: a candidate's ELF headers describe more than the file
-	// holds (a truncated copy, a damaged download); dlopen would crash on it.
-	ErrCorruptELF = errors.New("truncated or corrupt ELF file")
-	// ErrBadVersion: ncclGetVersion answers a code no NCCL release reports.
-	ErrBadVersion = errors.New("implausible NCCL version")
+// The errors of the library search and of symbol resolution, made in
+// internal/load. A *LoadError wraps one of the sentinels; each Attempt's Err
+// may too.
+type (
+	// LoadError reports a library that could not be loaded, with the whole
+	// search.
+	LoadError = load.LoadError
+	// FileError is a candidate file the search could not examine (a
+	// permission problem: errors.Is(err, fs.ErrPermission)) or refused
+	// before dlopen: Err wraps ErrNotRegular, ErrCorruptELF, ErrNotELF,
+	// ErrWrongArch, ErrNotFound, the system's error, or the *Error of a
+	// failed ncclGetVersion.
+	FileError = load.FileError
+	// VersionError is a library whose ncclGetVersion answers a code that
+	// decodes to no NCCL release. It matches ErrBadVersion.
+	VersionError = load.VersionError
+	// MissingSymbolError is a required function absent from the library
+	// file. It matches ErrMissingSymbol.
+	MissingSymbolError = load.MissingSymbolError
 )
 
-// FileError is a candidate file the search could not examine (a permission
-// problem: errors.Is(err, fs.ErrPermission)) or refused before dlopen: Err
-// wraps ErrNotRegular, ErrCorruptELF, ErrNotELF, ErrWrongArch, ErrNotFound,
-// the system's error, or the *Error of a failed ncclGetVersion.
-type FileError struct {
-	Path string // the file
-	Err  error
-}
+var (
+	// ErrMissingSymbol: the library lacks a function every supported release has.
+	ErrMissingSymbol = load.ErrMissingSymbol
+	ErrNotFound      = load.ErrNotFound
+	ErrNotELF        = load.ErrNotELF
+	ErrWrongArch     = load.ErrWrongArch
+	ErrDlopen        = load.ErrDlopen
+	// ErrNotRegular: a candidate is a FIFO, a socket, a device or a folder,
+	// which gonccl never opens (opening a FIFO blocks until a writer comes).
+	ErrNotRegular = load.ErrNotRegular
+	// ErrCorruptELF: a candidate's ELF headers describe more than the file
+	// holds (a truncated copy, a damaged download); dlopen would crash on it.
+	ErrCorruptELF = load.ErrCorruptELF
+	// ErrBadVersion: ncclGetVersion answers a code no NCCL release reports.
+	ErrBadVersion = load.ErrBadVersion
+)
 
-func (e *FileError) Error() string { return showPath(e.Path) + ": " + e.Err.Error() }
-
-func (e *FileError) Unwrap() error { return e.Err }
-
-// fileError names path in err; a *fs.PathError gives up its own naming of the
-// path, whose text is not bounded.
-func fileError(path string, err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		err = pe.Err
-	}
-	return &FileError{Path: path, Err: err}
-}
-
-// VersionError is a library whose ncclGetVersion answers a code that decodes
-// to no NCCL release: not positive, or a major version other than 2 or 3 (the
-// code 99999999 would read as 9999.99.99). It matches ErrBadVersion.
-type VersionError struct {
-	Path string // the library file
-	Code int32  // the raw code ncclGetVersion wrote
-}
-
-func (e *VersionError) Error() string {
-	decoded := ""
-	if e.Code > 0 {
-		decoded = " (" + abi.DecodeVersion(int(e.Code)).String() + ")"
-	}
-	return fmt.Sprintf("%s: ncclGetVersion reports version code %d%s, which is no NCCL release (NCCL's codes decode to 2.x or 3.x: 2.28.3 is 22803)",
-		showPath(e.Path), e.Code, decoded)
-}
-
-func (e *VersionError) Is(target error) bool { return target == ErrBadVersion }
-
-// maxShown bounds how much of an outside string (an environment value, a path
-// built from one) an error message repeats: a 100 KB value must not make a
-// 400 KB message.
-const maxShown = 200
-
-// quoteValue renders s for an error message: quoted with Go's escapes, so that
-// newlines and control bytes stay on one line, and cut after maxShown bytes
-// with the full length noted.
-func quoteValue(s string) string {
-	if len(s) <= maxShown {
-		return strconv.Quote(s)
-	}
-	cut := maxShown
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
-}
-
-// showPath renders a path for an error message: as it is when it is short and
-// plain (printable, no quote or backslash), quoteValue's way otherwise.
-func showPath(p string) string {
-	if len(p) <= maxShown && isPlain(p) {
-		return p
-	}
-	return quoteValue(p)
-}
-
-func isPlain(s string) bool {
-	for _, r := range s {
-		if r == utf8.RuneError || r == '"' || r == '\\' || !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
-}
+// quoteValue renders an outside string for an error message, bounded (see
+// load.Quote).
+func quoteValue(s string) string { return load.Quote(s) }

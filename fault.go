@@ -3,6 +3,7 @@ package nccl
 import (
 	"context"
 	"fmt"
+	"github.com/gonccl/nccl/internal/capi"
 	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
@@ -38,8 +39,8 @@ func (c *Comm) Revoke(ctx context.Context) error {
 		return nilContext("Revoke")
 	}
 	const op = "ncclCommRevoke"
-	if c.lib.fn[fnCommRevoke] == 0 {
-		return c.lib.unsupported(fnCommRevoke)
+	if c.lib.nc.Fn[capi.FnCommRevoke] == 0 {
+		return c.lib.unsupported(capi.FnCommRevoke)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
@@ -49,7 +50,7 @@ func (c *Comm) Revoke(ctx context.Context) error {
 		return err
 	}
 	c.revoking.Store(true) // a Wait's revoke on its deadline now waits for this one
-	err = c.lib.ncclCommRevoke(h, abi.RevokeDefault)
+	err = c.lib.nc.CommRevoke(h, abi.RevokeDefault)
 	c.exit()
 	if err != nil && !isInProgress(err) {
 		if !c.revoked.Load() {
@@ -85,8 +86,8 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int, cfg *Config, flags int
 		return nil, nilContext("Shrink")
 	}
 	const op = "ncclCommShrink"
-	if c.lib.fn[fnCommShrink] == 0 {
-		return nil, c.lib.unsupported(fnCommShrink)
+	if c.lib.nc.Fn[capi.FnCommShrink] == 0 {
+		return nil, c.lib.unsupported(capi.FnCommShrink)
 	}
 	if len(exclude) == 0 {
 		return nil, argError(op, "no ranks to exclude")
@@ -121,7 +122,7 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int, cfg *Config, flags int
 		c.abortOnClose.Store(true)
 	}
 	return c.derive(ctx, op, cfg, 0, false, func(h, out, cfgPtr uintptr) error {
-		return c.lib.ncclCommShrink(h, &list[0], len(list), out, cfgPtr, flags)
+		return c.lib.nc.CommShrink(h, &list[0], len(list), out, cfgPtr, flags)
 	})
 }
 
@@ -136,15 +137,15 @@ func (c *Comm) GrowID() (UniqueID, error) {
 	}
 	const op = "ncclCommGetUniqueId"
 	var id UniqueID
-	if c.lib.fn[fnCommGetUniqueID] == 0 {
-		return id, c.lib.unsupported(fnCommGetUniqueID)
+	if c.lib.nc.Fn[capi.FnCommGetUniqueID] == 0 {
+		return id, c.lib.unsupported(capi.FnCommGetUniqueID)
 	}
 	h, err := c.enter(op, false)
 	if err != nil {
 		return id, err
 	}
 	p := new(UniqueID)
-	err = c.lib.ncclCommGetUniqueId(h, p)
+	err = c.lib.nc.CommGetUniqueId(h, (*abi.UniqueID)(p))
 	c.exit()
 	return *p, err
 }
@@ -165,8 +166,8 @@ func (c *Comm) Grow(ctx context.Context, nranks int, id *UniqueID, cfg *Config) 
 		return nil, nilContext("Grow")
 	}
 	const op = "ncclCommGrow"
-	if c.lib.fn[fnCommGrow] == 0 {
-		return nil, c.lib.unsupported(fnCommGrow)
+	if c.lib.nc.Fn[capi.FnCommGrow] == 0 {
+		return nil, c.lib.unsupported(capi.FnCommGrow)
 	}
 	if err := checkInt32(op, "nranks", nranks, c.nranks+1); err != nil {
 		return nil, err
@@ -177,7 +178,7 @@ func (c *Comm) Grow(ctx context.Context, nranks int, id *UniqueID, cfg *Config) 
 		*idp = *id
 	}
 	return c.derive(ctx, op, cfg, 0, false, func(h, out, cfgPtr uintptr) error {
-		return c.lib.ncclCommGrow(h, nranks, idp, -1, out, cfgPtr)
+		return c.lib.nc.CommGrow(h, nranks, (*abi.UniqueID)(idp), -1, out, cfgPtr)
 	})
 }
 
@@ -194,8 +195,8 @@ func (l *Library) GrowRank(ctx context.Context, dev int, id UniqueID, nranks, ra
 	if ctx == nil {
 		return nil, nilContext("GrowRank")
 	}
-	if l.fn[fnCommGrow] == 0 {
-		return nil, l.unsupported(fnCommGrow)
+	if l.nc.Fn[capi.FnCommGrow] == 0 {
+		return nil, l.unsupported(capi.FnCommGrow)
 	}
 	if err := checkInitArgs(op, dev, nranks, rank); err != nil {
 		return nil, err
@@ -203,7 +204,7 @@ func (l *Library) GrowRank(ctx context.Context, dev int, id UniqueID, nranks, ra
 	idp := new(UniqueID)
 	*idp = id
 	return l.initComm(ctx, op, dev, nranks, rank, cfg, cliqueKey(&id), func(h *uintptr, cfgPtr uintptr) error {
-		return l.ncclCommGrow(0, nranks, idp, rank, uintptr(unsafe.Pointer(h)), cfgPtr)
+		return l.nc.CommGrow(0, nranks, (*abi.UniqueID)(idp), rank, uintptr(unsafe.Pointer(h)), cfgPtr)
 	})
 }
 
@@ -215,7 +216,7 @@ func (c *Comm) confirmDevice(op string) error {
 		return err
 	}
 	d := new(int32)
-	err = c.lib.ncclCommCuDevice(h, d)
+	err = c.lib.nc.CommCuDevice(h, d)
 	c.exit()
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package nccl
 import (
 	"errors"
 	"fmt"
+	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 	"slices"
 	"strings"
@@ -86,7 +87,7 @@ const (
 )
 
 // graphSyms are the functions a capture needs from start to launch.
-var graphSyms = [...]int{cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiateWithFlags, cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy}
+var graphSyms = [...]int{capi.CuStreamBeginCapture, capi.CuStreamEndCapture, capi.CuGraphInstantiateWithFlags, capi.CuGraphLaunch, capi.CuGraphExecDestroy, capi.CuGraphDestroy}
 
 // HasGraphs reports whether the runtime exports what Capture needs (CUDA >= 11.4).
 func (cu *CUDA) HasGraphs() bool {
@@ -126,7 +127,7 @@ func (cu *CUDA) BeginCapture(s Stream) error {
 		return destroyedStream(op)
 	}
 	runtime.LockOSThread()
-	if err := cu.cudaStreamBeginCapture(s.h, captureModeThreadLocal); err != nil {
+	if err := cu.rt.StreamBeginCapture(s.h, captureModeThreadLocal); err != nil {
 		runtime.UnlockOSThread()
 		return err
 	}
@@ -183,7 +184,7 @@ func (cu *CUDA) EndCapture(s Stream) (*Graph, error) {
 	cu.capt.mu.Unlock()
 
 	var graph uintptr
-	err := cu.cudaStreamEndCapture(s.h, &graph)
+	err := cu.rt.StreamEndCapture(s.h, &graph)
 	runtime.UnlockOSThread() // BeginCapture's
 	if err != nil {
 		c.release()
@@ -232,7 +233,7 @@ func (cu *CUDA) instantiate(gs []*Graph) error {
 		}
 		var exec uintptr
 		err := cu.OnDevice(g.dev, func() error {
-			return cu.cudaGraphInstantiateWithFlags(&exec, g.graph)
+			return cu.rt.GraphInstantiateWithFlags(&exec, g.graph)
 		})
 		if err != nil {
 			err = fmt.Errorf("the graph of device %d: %w", g.dev, err)
@@ -370,14 +371,14 @@ func (s Stream) Capturing() (CaptureStatus, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !cu.has(cuStreamIsCapturing) {
-		return 0, cu.unsupported(cuStreamIsCapturing)
+	if !cu.has(capi.CuStreamIsCapturing) {
+		return 0, cu.unsupported(capi.CuStreamIsCapturing)
 	}
 	var st int32
 	if s.h == 0 {
-		err = cu.OnDevice(s.dev, func() error { return cu.cudaStreamIsCapturing(0, &st) })
+		err = cu.OnDevice(s.dev, func() error { return cu.rt.StreamIsCapturing(0, &st) })
 	} else {
-		err = cu.cudaStreamIsCapturing(s.h, &st)
+		err = cu.rt.StreamIsCapturing(s.h, &st)
 	}
 	return CaptureStatus(st), err
 }
@@ -459,8 +460,8 @@ func (g *Graph) Launch(s Stream) error { return g.onStream(s, false) }
 // a service times, takes that out of them. s must be on the graph's device.
 // A runtime without the function gives an *UnsupportedError.
 func (g *Graph) Upload(s Stream) error {
-	if g.made() && !g.cu.has(cuGraphUpload) {
-		return g.cu.unsupported(cuGraphUpload)
+	if g.made() && !g.cu.has(capi.CuGraphUpload) {
+		return g.cu.unsupported(capi.CuGraphUpload)
 	}
 	return g.onStream(s, true)
 }
@@ -499,9 +500,9 @@ func (g *Graph) onStream(s Stream, upload bool) (err error) {
 // execOn calls cudaGraphUpload or cudaGraphLaunch.
 func (g *Graph) execOn(upload bool, exec, stream uintptr) error {
 	if upload {
-		return g.cu.cudaGraphUpload(exec, stream)
+		return g.cu.rt.GraphUpload(exec, stream)
 	}
-	return g.cu.cudaGraphLaunch(exec, stream)
+	return g.cu.rt.GraphLaunch(exec, stream)
 }
 
 // WriteDot writes the graph as captured to path, in Graphviz's DOT format
@@ -516,8 +517,8 @@ func (g *Graph) WriteDot(path string, verbose bool) error {
 	if !g.made() {
 		return zeroGraph(op)
 	}
-	if !g.cu.has(cuGraphDebugDotPrint) {
-		return g.cu.unsupported(cuGraphDebugDotPrint)
+	if !g.cu.has(capi.CuGraphDebugDotPrint) {
+		return g.cu.unsupported(capi.CuGraphDebugDotPrint)
 	}
 	if path == "" || strings.IndexByte(path, 0) >= 0 {
 		return argError(op, "path %q: want a file name without NUL bytes", path)
@@ -532,7 +533,7 @@ func (g *Graph) WriteDot(path string, verbose bool) error {
 		flags = 1 // cudaGraphDebugDotFlagsVerbose
 	}
 	c := append([]byte(path), 0)
-	return g.cu.cudaGraphDebugDotPrint(g.graph, &c[0], flags)
+	return g.cu.rt.GraphDebugDotPrint(g.graph, &c[0], flags)
 }
 
 // Destroy destroys the executable graph and the graph (launches already
@@ -593,9 +594,9 @@ func (g *Graph) free() error {
 	}
 	var err error
 	if exec := g.exec.Load(); exec != 0 {
-		err = g.cu.cudaGraphExecDestroy(exec)
+		err = g.cu.rt.GraphExecDestroy(exec)
 	}
-	if gerr := g.cu.cudaGraphDestroy(g.graph); err == nil {
+	if gerr := g.cu.rt.GraphDestroy(g.graph); err == nil {
 		err = gerr
 	}
 	g.freeErr = err

@@ -3,6 +3,7 @@ package nccl
 import (
 	"context"
 	"errors"
+	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 	"strings"
 	"sync"
@@ -28,9 +29,9 @@ func TestGraphsUnsupported(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Destroy()
-	cu.fn[cuGraphInstantiateWithFlags] = 0
-	cu.fn[cuStreamIsCapturing] = 0
-	cu.fn[cuMallocAsync] = 0
+	cu.rt.Fn[capi.CuGraphInstantiateWithFlags] = 0
+	cu.rt.Fn[capi.CuStreamIsCapturing] = 0
+	cu.rt.Fn[capi.CuMallocAsync] = 0
 	if cu.HasGraphs() {
 		t.Error("HasGraphs without cudaGraphInstantiateWithFlags")
 	}
@@ -81,7 +82,7 @@ func recordedGraph(t *testing.T) (*CUDA, Stream, *Graph) {
 // than CUDA 11.3) gives an *UnsupportedError naming it.
 func TestWriteDotUnsupported(t *testing.T) {
 	cu, _, g := recordedGraph(t)
-	cu.fn[cuGraphDebugDotPrint] = 0
+	cu.rt.Fn[capi.CuGraphDebugDotPrint] = 0
 	var ue *UnsupportedError
 	if err := g.WriteDot(t.TempDir()+"/g.dot", false); !errors.As(err, &ue) || ue.Name != "cudaGraphDebugDotPrint" || ue.Requires != "CUDA >= 11.3" {
 		t.Fatalf("WriteDot without cudaGraphDebugDotPrint: %v", err)
@@ -125,15 +126,15 @@ func TestForeignCaptureHint(t *testing.T) {
 			defer buf.Free()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			if err := cu.cudaStreamBeginCapture(s.h, captureModeThreadLocal); err != nil {
+			if err := cu.rt.StreamBeginCapture(s.h, captureModeThreadLocal); err != nil {
 				errs[r] = err
 				return
 			}
 			errs[r] = c.AllReduce(buf, buf, Sum, s)
 			var g uintptr
-			_ = cu.cudaStreamEndCapture(s.h, &g) // invalidated: no graph
+			_ = cu.rt.StreamEndCapture(s.h, &g) // invalidated: no graph
 			if g != 0 {
-				_ = cu.cudaGraphDestroy(g)
+				_ = cu.rt.GraphDestroy(g)
 			}
 		}()
 	}
@@ -157,7 +158,7 @@ func TestForeignCaptureHint(t *testing.T) {
 // 11.1) gives an *UnsupportedError naming it; Launch is unaffected.
 func TestUploadUnsupported(t *testing.T) {
 	cu, s, g := recordedGraph(t)
-	cu.fn[cuGraphUpload] = 0
+	cu.rt.Fn[capi.CuGraphUpload] = 0
 	var ue *UnsupportedError
 	if err := g.Upload(s); !errors.As(err, &ue) || ue.Name != "cudaGraphUpload" || ue.Requires != "CUDA >= 11.1" {
 		t.Fatalf("Upload without cudaGraphUpload: %v", err)

@@ -3,6 +3,7 @@ package nccl
 import (
 	"context"
 	"fmt"
+	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -175,11 +176,11 @@ func (l *Library) recording() *groupRec {
 //
 //go:noinline
 func (g *groupRec) record(c *Comm, sym int, args []uintptr) error {
-	name := ncclSymbols[sym].name
+	name := capi.NCCLSymbols[sym].Name
 	if s := c.state(); s != stOpen {
 		return &ClosedError{Op: name, What: "communicator"}
 	}
-	if c.lib.fn[sym] == 0 {
+	if c.lib.nc.Fn[sym] == 0 {
 		return c.lib.unsupported(sym)
 	}
 	mode := 0
@@ -195,7 +196,7 @@ func (g *groupRec) record(c *Comm, sym int, args []uintptr) error {
 		g.grow() // ncclGroupStart's, filled at launch
 	}
 	e := g.grow()
-	e.Fn = c.lib.fn[sym]
+	e.Fn = c.lib.nc.Fn[sym]
 	copy(e.Args[:], args)
 	return nil
 }
@@ -229,13 +230,13 @@ func (l *Library) groupEnd(g *groupRec, mark int, ferr error) error {
 	var err error
 	switch {
 	case ferr == nil:
-		err = l.launch(g, fnGroupEnd, 0)
+		err = l.launch(g, capi.FnGroupEnd, 0)
 	case g.ncclOpen:
 		// Calls that cannot be recorded opened NCCL's group: make it fail
 		// so that ncclGroupEnd discards it (NCCL refuses an operation on a
 		// NULL communicator and keeps the failure for the group).
-		l.ncclAllReduceOnNoComm()
-		l.ncclGroupEnd()
+		l.nc.AllReduceOnNoComm()
+		l.nc.GroupEnd()
 	}
 	var inits []pendingInit
 	if len(g.inits) > 0 {
@@ -311,7 +312,7 @@ func (l *Library) joinNCCLGroup() error {
 	if g == nil || g.ncclOpen {
 		return nil
 	}
-	if err := l.ncclGroupStart(); err != nil {
+	if err := l.nc.GroupStart(); err != nil {
 		return err
 	}
 	g.ncclOpen = true
@@ -331,7 +332,7 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 		if c := op.c; !slices.Contains(g.comms, c) {
 			g.comms = append(g.comms, c)
 		}
-		if (op.sym == fnSend || op.sym == fnRecv) && int32(g.calls[i+1].Args[3]) == int32(op.c.rank) && !g.ncclOpen {
+		if (op.sym == capi.FnSend || op.sym == capi.FnRecv) && int32(g.calls[i+1].Args[3]) == int32(op.c.rank) && !g.ncclOpen {
 			if err := g.selfPaired(op.c); err != nil {
 				return err
 			}
@@ -344,7 +345,7 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 	}
 	if err := admitAll(g.comms); err != nil {
 		if g.ncclOpen {
-			l.ncclGroupEnd()
+			l.nc.GroupEnd()
 		}
 		return err
 	}
@@ -354,7 +355,7 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 				d.launching.Store(false)
 			}
 			if g.ncclOpen {
-				l.ncclGroupEnd()
+				l.nc.GroupEnd()
 			}
 			exitAll(g.comms)
 			return busyError("ncclGroupEnd")
@@ -364,7 +365,7 @@ func (l *Library) launch(g *groupRec, end int, endArg uintptr) error {
 	// marks cleared, then their counts given back.
 	defer launched(g.comms)
 	err := l.launchAdmitted(g, end, endArg)
-	if err == nil && end == fnGroupEnd {
+	if err == nil && end == capi.FnGroupEnd {
 		metInGroup(g.comms)
 	}
 	return err
@@ -390,7 +391,7 @@ func (l *Library) launchAdmitted(g *groupRec, end int, endArg uintptr) error {
 	if len(g.calls) == 0 {
 		g.grow()
 	}
-	g.calls[0].Fn = l.fn[fnGroupStart]
+	g.calls[0].Fn = l.nc.Fn[capi.FnGroupStart]
 	captured := false
 	for i := range g.ops {
 		op, args := &g.ops[i], &g.calls[i+1].Args
@@ -407,31 +408,31 @@ func (l *Library) launchAdmitted(g *groupRec, end int, endArg uintptr) error {
 		defer l.cuda.unrelax(prev, ok)
 	}
 	last := g.grow()
-	last.Fn, last.Args[0] = l.fn[end], endArg // ncclGroupEnd takes no argument
+	last.Fn, last.Args[0] = l.nc.Fn[end], endArg // ncclGroupEnd takes no argument
 	calls, first := g.calls, 1
 	if g.ncclOpen {
 		calls, first = calls[1:], 0
 	}
-	if cu := l.cuda; cu != nil && len(g.comms) > 0 && cu.td.target(g.comms[0].dev) >= 0 {
+	if cu := l.cuda; cu != nil && len(g.comms) > 0 && cu.rt.TD.Target(g.comms[0].dev) >= 0 {
 		// NCCL saves and restores the thread's device around the launch:
-		// give the thread one first (see threaddevice.go).
+		// give the thread one first (see capi.ThreadDevice).
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		cu.setForGroup(g.comms[0].dev)
+		cu.rt.TD.SetForGroup(g.comms[0].dev)
 	}
 	var err error
 	switch k := ccall.Batch(calls, int32(abi.InProgress)); {
 	case k < 0: // launched (a non-blocking group: in progress, settled below)
 	case k < first:
-		return l.result(fnGroupStart, int32(calls[k].R))
+		return l.result(capi.FnGroupStart, int32(calls[k].R))
 	case k < len(calls)-1:
 		// NCCL keeps an operation's failure for the group, which its end
 		// then discards: the batch stopped there, the end is called now.
 		err = l.result(int(g.ops[k-first].sym), int32(calls[k].R))
-		if end == fnGroupSimulateEnd {
-			_ = l.call(end, endArg)
+		if end == capi.FnGroupSimulateEnd {
+			_ = l.nc.Call(end, endArg)
 		} else {
-			_ = l.call(end)
+			_ = l.nc.Call(end)
 		}
 	default:
 		err = l.result(end, int32(calls[k].R))
@@ -548,9 +549,9 @@ func (g *groupRec) selfPaired(c *Comm) error {
 			continue
 		}
 		switch op.sym {
-		case fnSend:
+		case capi.FnSend:
 			sends++
-		case fnRecv:
+		case capi.FnRecv:
 			recvs++
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/internal/fakes"
+	"github.com/gonccl/nccl/internal/load"
 	"github.com/gonccl/nccl/nccltest"
 	"golang.org/x/sys/unix"
 )
@@ -63,7 +64,7 @@ func unblockFIFOs() {
 // the search does not return within a few seconds. A search blocked opening a
 // FIFO (a regression) is then freed, again and again until it returns: it
 // holds the dynamic loader's lock, which every later dlopen needs.
-func searchWithin(t *testing.T, spec libSpec, explicit string, getenv func(string) string) (LibraryFile, error) {
+func searchWithin(t *testing.T, spec load.Spec, explicit string, getenv func(string) string) (LibraryFile, error) {
 	t.Helper()
 	type result struct {
 		f   LibraryFile
@@ -184,7 +185,7 @@ func init() {
 // dir/libnccl.so.2.
 func truncatedLib(t *testing.T, dir string, n int) string {
 	t.Helper()
-	b := fakeLibBytes(t)
+	b := fakes.LibBytes(t)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func TestSearchRefusesHostileFilesInChild(t *testing.T) {
 	add("first 4096 bytes in GONCCL_NCCL_LIB's folder", "corrupt", p, "", "GONCCL_NCCL_LIB="+filepath.Dir(p))
 	p = truncatedLib(t, filepath.Join(root, "conda", "lib"), 4096)
 	add("first 4096 bytes under CONDA_PREFIX", "corrupt", p, "", "CONDA_PREFIX="+filepath.Join(root, "conda"))
-	p = truncatedLib(t, filepath.Join(root, "home", "lib"), segmentsEnd(t, fakeLibBytes(t))-1)
+	p = truncatedLib(t, filepath.Join(root, "home", "lib"), fakes.LoadableEnd(t, fakes.LibBytes(t))-1)
 	good := copyLib(t, "default", filepath.Join(root, "conda2", "lib"))
 	add("all but the last byte of the segments under NCCL_HOME, then a good one", "corrupt", p, good,
 		"NCCL_HOME="+filepath.Join(root, "home"), "CONDA_PREFIX="+filepath.Join(root, "conda2"))
@@ -260,7 +261,7 @@ func TestLoaderPathHazard(t *testing.T) {
 		{dir(text) + ":" + dir(trunc), ErrCorruptELF},
 		{dir(fifo), ErrNotRegular},
 	} {
-		err := loaderPathHazard("libnccl.so.2", c.path)
+		err := load.LoaderPathHazard("libnccl.so.2", c.path)
 		if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
 			t.Errorf("LD_LIBRARY_PATH=%s: %v, want %v", c.path, err, c.want)
 		}
@@ -303,7 +304,7 @@ func buildLib(t *testing.T, args ...string) string {
 	if b, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", cc, strings.Join(args, " "), err, b)
 	}
-	if err := checkCandidate(out); err != nil {
+	if err := load.CheckCandidate(out); err != nil {
 		t.Fatalf("%s built a library this process cannot load: %v", cc, err)
 	}
 	return out
@@ -316,7 +317,7 @@ func buildLib(t *testing.T, args ...string) string {
 func fakeNCCLWithVersion(t *testing.T, code int) string {
 	t.Helper()
 	if code == 99999999 {
-		if p := filepath.Join(FakeDir(t), "absurd", "libnccl.so.2"); checkCandidate(p) == nil {
+		if p := filepath.Join(FakeDir(t), "absurd", "libnccl.so.2"); load.CheckCandidate(p) == nil {
 			return p
 		}
 	}
@@ -500,7 +501,7 @@ func TestErrorsQuoteAndBoundValues(t *testing.T) {
 		if lines := strings.Count(msg, "\n"); len(msg) > 4096 || lines != len(trace)+extra {
 			t.Fatalf("%s: a message of %d bytes, %d lines for %d attempts:\n%.2000s", env[0], len(msg), lines+1, len(trace), msg)
 		}
-		if strings.Contains(env[1], "x\n") && !strings.Contains(msg, `x\nx\n`) || len(env[1]) > maxShown && !strings.Contains(msg, `x"… (100`) {
+		if strings.Contains(env[1], "x\n") && !strings.Contains(msg, `x\nx\n`) || len(env[1]) > load.MaxShown && !strings.Contains(msg, `x"… (100`) {
 			t.Fatalf("%s: the value is not shown escaped and with its length:\n%s", env[0], msg)
 		}
 	}

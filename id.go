@@ -24,7 +24,7 @@ func (l *Library) GetUniqueID() (UniqueID, error) {
 	if err := l.live("ncclGetUniqueId"); err != nil {
 		return id, err
 	}
-	err := l.ncclGetUniqueId(&id)
+	err := l.nc.GetUniqueId((*abi.UniqueID)(&id))
 	return id, err
 }
 

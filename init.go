@@ -3,6 +3,7 @@ package nccl
 import (
 	"context"
 	"fmt"
+	"github.com/gonccl/nccl/internal/capi"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -65,7 +66,7 @@ func (l *Library) InitRank(ctx context.Context, dev int, id UniqueID, nranks, ra
 		return nil, err
 	}
 	return l.initComm(ctx, op, dev, nranks, rank, cfg, cliqueKey(&id), func(h *uintptr, cfgPtr uintptr) error {
-		return l.ncclCommInitRankConfig(h, nranks, &id, rank, cfgPtr)
+		return l.nc.CommInitRankConfig(h, nranks, (*abi.UniqueID)(&id), rank, cfgPtr)
 	})
 }
 
@@ -80,8 +81,8 @@ func (l *Library) InitRankScalable(ctx context.Context, dev int, ids []UniqueID,
 		return nil, nilContext("InitRankScalable")
 	}
 	const op = "ncclCommInitRankScalable"
-	if l.fn[fnCommInitRankScalable] == 0 {
-		return nil, l.unsupported(fnCommInitRankScalable)
+	if l.nc.Fn[capi.FnCommInitRankScalable] == 0 {
+		return nil, l.unsupported(capi.FnCommInitRankScalable)
 	}
 	if err := checkInitArgs(op, dev, nranks, rank); err != nil {
 		return nil, err
@@ -90,7 +91,7 @@ func (l *Library) InitRankScalable(ctx context.Context, dev int, ids []UniqueID,
 		return nil, argError(op, "%d ids for %d ranks: want 1 to nranks", len(ids), nranks)
 	}
 	return l.initComm(ctx, op, dev, nranks, rank, cfg, cliqueKey(&ids[0]), func(h *uintptr, cfgPtr uintptr) error {
-		return l.ncclCommInitRankScalable(h, nranks, rank, len(ids), &ids[0], cfgPtr)
+		return l.nc.CommInitRankScalable(h, nranks, rank, len(ids), (*abi.UniqueID)(&ids[0]), cfgPtr)
 	})
 }
 
@@ -165,7 +166,7 @@ func (l *Library) makeComm(op string, dev, nranks, rank int, cfg *Config, blocki
 		var h uintptr
 		if err = call(&h, ptr); err != nil && !isInProgress(err) {
 			if h != 0 { // NCCL made the communicator before failing: free it
-				l.ncclCommAbort(h)
+				l.nc.CommAbort(h)
 			}
 			buf.free()
 			return err
@@ -304,7 +305,7 @@ func (l *Library) initAll(ctx context.Context, devs []int, cfg *Config) ([]*Comm
 	for i, d := range devs {
 		ds[i] = int32(d)
 	}
-	if err := l.ncclCommInitAll(&hs[0], len(devs), &ds[0]); err != nil {
+	if err := l.nc.CommInitAll(&hs[0], len(devs), &ds[0]); err != nil {
 		return nil, err
 	}
 	comms := make([]*Comm, len(devs))
@@ -340,7 +341,7 @@ func (l *Library) initAllGrouped(ctx context.Context, devs []int, cfg *Config) (
 					return err
 				}
 				var h uintptr
-				err = l.ncclCommInitRankConfig(&h, n, &id, i, ptr)
+				err = l.nc.CommInitRankConfig(&h, n, (*abi.UniqueID)(&id), i, ptr)
 				if err != nil && !isInProgress(err) {
 					buf.free()
 					return err
@@ -384,8 +385,8 @@ func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (_ *Comm,
 	}
 	const op = "ncclCommSplit"
 	l := c.lib
-	if l.fn[fnCommSplit] == 0 {
-		return nil, l.unsupported(fnCommSplit)
+	if l.nc.Fn[capi.FnCommSplit] == 0 {
+		return nil, l.unsupported(capi.FnCommSplit)
 	}
 	if color != SplitNoColor {
 		if err := checkInt32(op, "color", color, 0); err != nil {
@@ -396,7 +397,7 @@ func (c *Comm) Split(ctx context.Context, color, key int, cfg *Config) (_ *Comm,
 		return nil, argError(op, "key %d is not a C int", key)
 	}
 	return c.derive(ctx, op, cfg, color, color == SplitNoColor, func(h, out, cfgPtr uintptr) error {
-		return l.ncclCommSplit(h, color, key, out, cfgPtr)
+		return l.nc.CommSplit(h, color, key, out, cfgPtr)
 	})
 }
 
@@ -454,7 +455,7 @@ func (c *Comm) derive(ctx context.Context, op string, cfg *Config, color int, no
 			go func() {
 				<-res
 				if nh := atomic.LoadUintptr(out); nh != 0 {
-					l.ncclCommAbort(nh)
+					l.nc.CommAbort(nh)
 				}
 				buf.free()
 				l.givenUp.Add(-1)
@@ -475,7 +476,7 @@ func (c *Comm) derive(ctx context.Context, op string, cfg *Config, color int, no
 	nh := atomic.LoadUintptr(out)
 	if err != nil || nh == 0 {
 		if nh != 0 {
-			l.ncclCommAbort(nh)
+			l.nc.CommAbort(nh)
 		}
 		buf.free()
 		if err == nil && !none {
@@ -507,10 +508,10 @@ func (c *Comm) readShape() error {
 	}
 	defer c.exit()
 	var n, r int32
-	if err := c.lib.ncclCommCount(h, &n); err != nil {
+	if err := c.lib.nc.CommCount(h, &n); err != nil {
 		return err
 	}
-	if err := c.lib.ncclCommUserRank(h, &r); err != nil {
+	if err := c.lib.nc.CommUserRank(h, &r); err != nil {
 		return err
 	}
 	c.nranks, c.rank = int(n), int(r)

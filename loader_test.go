@@ -9,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gonccl/nccl/internal/dl"
 	"github.com/gonccl/nccl/internal/fakes"
+	"github.com/gonccl/nccl/internal/load"
 )
 
 // envMap is a getenv for search that sees only the given variables, so tests do
@@ -257,7 +259,7 @@ func init() {
 	}
 	// A library the process has already mapped is reused, not loaded twice.
 	children["already-loaded"] = func() error {
-		if _, err := dlopen(os.Getenv("PRELOAD"), 2); err != nil {
+		if _, err := dl.Open(os.Getenv("PRELOAD"), dl.Now); err != nil {
 			return err
 		}
 		f, err := search(ncclSpec, "", envMap())
@@ -344,4 +346,10 @@ func FuzzSearchValue(f *testing.F) {
 			}
 		}
 	})
+}
+
+// search is the search Open makes, its answer as the library's File.
+func search(spec load.Spec, explicit string, getenv func(string) string) (LibraryFile, error) {
+	f, err := load.Search(spec, explicit, getenv)
+	return f.File, err
 }

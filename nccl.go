@@ -2,6 +2,8 @@ package nccl
 
 import (
 	"fmt"
+	"github.com/gonccl/nccl/internal/capi"
+	"github.com/gonccl/nccl/internal/load"
 	"os"
 	"runtime"
 	"slices"
@@ -22,8 +24,8 @@ type Library struct {
 	LibraryFile
 
 	version abi.Version
-	fn      [numNCCLSymbols]uintptr
-	a2avABI int // 10 or 11 arguments: the ncclAlltoAllv form in use
+	nc      capi.NCCL // NCCL's functions
+	a2avABI int       // 10 or 11 arguments: the ncclAlltoAllv form in use
 	// How long a clique's maker waits for its other ranks (see arrive).
 	arrivalGrace time.Duration
 	cuda         *CUDA
@@ -79,23 +81,21 @@ func Open(opts ...Option) (*Library, error) {
 		return nil, argError("Open", "ncclAlltoAllv ABI %d: want 10 or 11 arguments", o.a2avABI)
 	}
 
-	file, err := search(ncclSpec, o.nccl, os.Getenv)
+	file, err := load.Search(ncclSpec, o.nccl, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	l := &Library{LibraryFile: file, a2avABI: o.a2avABI}
+	l := &Library{LibraryFile: file.File, a2avABI: o.a2avABI}
 	l.arrivalGrace = ArrivalGrace
 	if o.arrivalGrace != nil {
 		l.arrivalGrace = max(*o.arrivalGrace, 0)
 	}
-	// The version first: it decides which symbols are required and the error
-	// for a release too old is clearer than one about a missing symbol.
-	if l.fn[fnGetVersion] = dlsym(file.handle, ncclSymbols[fnGetVersion].cname); l.fn[fnGetVersion] == 0 {
+	// The version first (read once, by the search's check): it decides
+	// which symbols are required, and the error for a release too old is
+	// clearer than one about a missing symbol.
+	code := file.Version
+	if code == 0 {
 		return nil, &MissingSymbolError{Symbol: "ncclGetVersion", Path: file.Path}
-	}
-	var code int32
-	if r := ncclGetVersion(l.fn[fnGetVersion], &code); r != abi.Success {
-		return nil, &Error{Op: "ncclGetVersion", Code: r}
 	}
 	l.version = abi.DecodeVersion(int(code))
 	for t := DataType(0); t.Valid(); t++ {
@@ -105,14 +105,16 @@ func Open(opts ...Option) (*Library, error) {
 	if !l.version.AtLeast(MinVersion) {
 		return nil, &TooOldError{Path: file.Path, Version: l.version, Min: MinVersion}
 	}
-	if err := resolve(file.handle, file.Path, ncclSymbols[:], l.fn[:], func(s *symbol) bool { return s.required(MinVersion) }); err != nil {
+	if err := load.Resolve(file.Handle, file.Path, capi.NCCLSymbols[:], l.nc.Fn[:], func(s *capi.Symbol) bool { return s.Required(MinVersion) }); err != nil {
 		return nil, err
 	}
 	if !o.noCUDA {
 		if l.cuda, err = OpenCUDA(WithCUDARuntime(o.cudart)); err != nil {
 			return nil, err
 		}
+		l.nc.TD = &l.cuda.rt.TD
 	}
+	l.nc.Err = (*ncclFailures)(l)
 	return l, nil
 }
 
@@ -152,9 +154,9 @@ func (l *Library) Has(name string) bool {
 	if l == nil {
 		return false
 	}
-	for i, s := range ncclSymbols {
-		if s.name == name {
-			return l.fn[i] != 0
+	for i, s := range capi.NCCLSymbols {
+		if s.Name == name {
+			return l.nc.Fn[i] != 0
 		}
 	}
 	return false
@@ -170,11 +172,11 @@ func (l *Library) Require(names ...string) error {
 		return nilLibrary("Require")
 	}
 	for _, name := range names {
-		i := slices.IndexFunc(ncclSymbols[:], func(s symbol) bool { return s.name == name })
+		i := slices.IndexFunc(capi.NCCLSymbols[:], func(s capi.Symbol) bool { return s.Name == name })
 		if i < 0 {
 			return argError("Require", "%q is not an NCCL function gonccl binds", name)
 		}
-		if l.fn[i] == 0 {
+		if l.nc.Fn[i] == 0 {
 			return l.unsupported(i)
 		}
 	}
@@ -188,11 +190,11 @@ func (l *Library) Features() []Feature {
 		return nil
 	}
 	var out []Feature
-	for i, s := range ncclSymbols {
-		if s.required(MinVersion) {
+	for i, s := range capi.NCCLSymbols {
+		if s.Required(MinVersion) {
 			continue
 		}
-		out = append(out, Feature{Name: s.name, Since: s.since, Vendor: s.vendor, Present: l.fn[i] != 0})
+		out = append(out, Feature{Name: s.Name, Since: s.Since, Vendor: s.Vendor, Present: l.nc.Fn[i] != 0})
 	}
 	return out
 }
@@ -245,10 +247,10 @@ func (l *Library) Close() error {
 
 // ErrorString is NCCL's text for a result code.
 func (l *Library) ErrorString(r Result) string {
-	if l == nil || l.fn[fnGetErrorString] == 0 {
+	if l == nil || l.nc.Fn[capi.FnGetErrorString] == 0 {
 		return r.String()
 	}
-	return ccall.GoString(l.ncclGetErrorString(r))
+	return ccall.GoString(l.nc.GetErrorString(r))
 }
 
 // LastError is NCCL's text for the last failure in the process (ncclGetLastError).
@@ -258,28 +260,18 @@ func (l *Library) LastError() string {
 	if l == nil {
 		return ""
 	}
-	return ccall.GoString(l.ncclGetLastError())
+	return ccall.GoString(l.nc.GetLastError())
 }
 
-// call runs an NCCL function with arguments that hold no Go pointers and turns its
-// result into an error. It allocates nothing on success.
-func (l *Library) call(sym int, args ...uintptr) error {
-	fn := l.fn[sym]
-	if fn == 0 {
-		return l.unsupported(sym)
-	}
-	r, err := l.callOn(-1, fn, args...)
-	if err != nil {
-		return err
-	}
-	if r := int32(r); r != int32(abi.Success) {
-		return l.result(sym, r)
-	}
-	return nil
-}
+// ncclFailures gives NCCL's table the Library's errors (capi.Failures).
+type ncclFailures Library
+
+func (f *ncclFailures) Result(sym int, r int32) error { return (*Library)(f).result(sym, r) }
+func (f *ncclFailures) Missing(sym int) error         { return (*Library)(f).unsupported(sym) }
+func (f *ncclFailures) Guard(r int32) error           { return (*Library)(f).cuda.guardFailure(r) }
 
 // callOn calls an NCCL function on a thread with a current CUDA device (see
-// threaddevice.go): dev is the device of the communicator it concerns, or -1.
+// capi.ThreadDevice): dev is the device of the communicator it concerns, or -1.
 func (l *Library) callOn(dev int, fn uintptr, args ...uintptr) (uintptr, error) {
 	if l.cuda == nil {
 		return ccall.Call(fn, args...), nil
@@ -300,20 +292,12 @@ func (l *Library) result(sym int, r int32) error {
 }
 
 // inProgress holds each function's ncclInProgress result, made once.
-var inProgress = func() (e [numNCCLSymbols]*Error) {
-	for i, s := range ncclSymbols {
-		e[i] = &Error{Op: s.name, Code: abi.InProgress, Msg: "operation in progress"}
+var inProgress = func() (e [capi.NumNCCL]*Error) {
+	for i, s := range capi.NCCLSymbols {
+		e[i] = &Error{Op: s.Name, Code: abi.InProgress, Msg: "operation in progress"}
 	}
 	return e
 }()
-
-// callPtr is call for arguments converted from Go pointers in the argument list
-// (see ccall.CallPtr).
-//
-//go:uintptrescapes
-func (l *Library) callPtr(sym int, args ...uintptr) error {
-	return l.call(sym, args...)
-}
 
 func (l *Library) failure(sym int, r abi.Result) error {
 	msg := l.LastError()
@@ -324,23 +308,23 @@ func (l *Library) failure(sym int, r abi.Result) error {
 		// NCCL connected ranks (or allocated) on a thread a capture forbade
 		// it: a capture gonccl did not begin, whose thread it cannot relax
 		// (see CUDA.relax).
-		return &Error{Op: ncclSymbols[sym].name, Code: r, capture: true, Msg: msg + captureHint}
+		return &Error{Op: capi.NCCLSymbols[sym].Name, Code: r, capture: true, Msg: msg + captureHint}
 	}
-	return &Error{Op: ncclSymbols[sym].name, Code: r, Msg: msg}
+	return &Error{Op: capi.NCCLSymbols[sym].Name, Code: r, Msg: msg}
 }
 
 const captureHint = "; NCCL connects ranks inside their first operations together, which a CUDA stream capture forbids " +
 	"on its thread unless gonccl began it: capture with CUDA.Capture or BeginCapture, or run the operations once before capturing them"
 
 func (l *Library) unsupported(sym int) error {
-	s := ncclSymbols[sym]
-	req := ">= " + shortVersion(s.since)
-	if s.vendor != "" {
-		req = s.vendor
-	} else if l.version.AtLeast(s.since) { // new enough, yet the build lacks it (a fork such as VCCL)
+	s := capi.NCCLSymbols[sym]
+	req := ">= " + shortVersion(s.Since)
+	if s.Vendor != "" {
+		req = s.Vendor
+	} else if l.version.AtLeast(s.Since) { // new enough, yet the build lacks it (a fork such as VCCL)
 		req += ", which this build does not export"
 	}
-	return &UnsupportedError{Name: s.name, Path: l.Path, Version: l.version, Requires: req}
+	return &UnsupportedError{Name: s.Name, Path: l.Path, Version: l.version, Requires: req}
 }
 
 func shortVersion(v abi.Version) string {
@@ -368,21 +352,6 @@ func (l *Library) onDevice(op string, dev int, fn func() error) error {
 		return &Error{Op: op, Code: abi.InvalidUsage, Msg: "needs the CUDA runtime to select the device (opened WithoutCUDARuntime)"}
 	}
 	return l.cuda.OnDevice(dev, fn)
-}
-
-// structCall calls a function taking the 128-byte id by value at argument pos.
-// Pointer arguments are converted in the argument list (see ccall.CallPtr).
-//
-//go:uintptrescapes
-func (l *Library) structCall(sym, pos int, id *UniqueID, args ...uintptr) error {
-	fn := l.fn[sym]
-	if fn == 0 {
-		return l.unsupported(sym)
-	}
-	if r := abi.Result(int32(ccall.CallStruct128(fn, pos, &id.Internal, args...))); r != abi.Success {
-		return l.failure(sym, r)
-	}
-	return nil
 }
 
 func isInProgress(err error) bool {

@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"github.com/gonccl/nccl/internal/capi"
 	"strconv"
 )
 
@@ -36,7 +37,8 @@ func (c *Comm) AllReduce(send, recv Buffer, op RedOp, s Stream) error {
 	if err != nil {
 		return err
 	}
-	return c.ncclAllReduce(send.ptr, recv.ptr, recv.n, recv.dt, op, s.h)
+	o := capi.AllReduce(uintptr(send.ptr), uintptr(recv.ptr), recv.n, recv.dt, op, s.h)
+	return c.stream(&o)
 }
 
 // Broadcast copies root's send into every rank's recv. send is read on root
@@ -62,7 +64,8 @@ func (c *Comm) Broadcast(send, recv Buffer, root int, s Stream) error {
 	if c.rank != root {
 		send.ptr = recv.ptr
 	}
-	return c.ncclBroadcast(send.ptr, recv.ptr, recv.n, recv.dt, root, s.h)
+	o := capi.Broadcast(uintptr(send.ptr), uintptr(recv.ptr), recv.n, recv.dt, root, s.h)
+	return c.stream(&o)
 }
 
 // Reduce reduces send across ranks into root's recv. Other ranks may pass the
@@ -95,7 +98,8 @@ func (c *Comm) Reduce(send, recv Buffer, op RedOp, root int, s Stream) error {
 	if c.rank != root {
 		recv.ptr = send.ptr
 	}
-	return c.ncclReduce(send.ptr, recv.ptr, send.n, send.dt, op, root, s.h)
+	o := capi.Reduce(uintptr(send.ptr), uintptr(recv.ptr), send.n, send.dt, op, root, s.h)
+	return c.stream(&o)
 }
 
 // AllGather gathers every rank's send into recv, which holds Size()×send.Len()
@@ -114,7 +118,8 @@ func (c *Comm) AllGather(send, recv Buffer, s Stream) error {
 			return err
 		}
 	}
-	return c.ncclAllGather(send.ptr, recv.ptr, send.n, send.dt, s.h)
+	o := capi.AllGather(uintptr(send.ptr), uintptr(recv.ptr), send.n, send.dt, s.h)
+	return c.stream(&o)
 }
 
 // ReduceScatter reduces send (Size()×recv.Len() elements) across ranks and
@@ -139,7 +144,8 @@ func (c *Comm) ReduceScatter(send, recv Buffer, op RedOp, s Stream) error {
 	if err != nil {
 		return err
 	}
-	return c.ncclReduceScatter(send.ptr, recv.ptr, recv.n, recv.dt, op, s.h)
+	o := capi.ReduceScatter(uintptr(send.ptr), uintptr(recv.ptr), recv.n, recv.dt, op, s.h)
+	return c.stream(&o)
 }
 
 // Send sends buf to peer, which posts a Recv of the same length and type. A
@@ -165,7 +171,8 @@ func (c *Comm) Send(buf Buffer, peer int, s Stream) error {
 			return err
 		}
 	}
-	return c.ncclSend(buf.ptr, buf.n, buf.dt, peer, s.h)
+	o := capi.Send(uintptr(buf.ptr), buf.n, buf.dt, peer, s.h)
+	return c.stream(&o)
 }
 
 // Recv receives into buf from peer. A Recv from the communicator's own rank
@@ -186,7 +193,8 @@ func (c *Comm) Recv(buf Buffer, peer int, s Stream) error {
 			return err
 		}
 	}
-	return c.ncclRecv(buf.ptr, buf.n, buf.dt, peer, s.h)
+	o := capi.Recv(uintptr(buf.ptr), buf.n, buf.dt, peer, s.h)
+	return c.stream(&o)
 }
 
 // AlltoAll sends block j of send to rank j and receives rank j's block into
@@ -208,22 +216,23 @@ func (c *Comm) AlltoAll(send, recv Buffer, s Stream) error {
 		return argError(name, "send and recv overlap: AlltoAll cannot run in place")
 	}
 	k := send.n / c.nranks
-	native, err := c.route(fnAlltoAll)
+	native, err := c.route(capi.FnAlltoAll)
 	if err != nil {
 		return err
 	}
 	if native {
-		return c.ncclAlltoAll(send.ptr, recv.ptr, k, send.dt, s.h)
+		o := capi.AlltoAll(uintptr(send.ptr), uintptr(recv.ptr), k, send.dt, s.h)
+		return c.stream(&o)
 	}
 	g, mark, err := c.lib.groupBegin()
 	if err != nil {
 		return err
 	}
 	for p := range c.nranks {
-		if err = c.p2p(g, fnSend, send.ptr+offset(send.dt, p*k), k, send.dt, p, s); err != nil {
+		if err = c.p2p(g, capi.FnSend, send.ptr+offset(send.dt, p*k), k, send.dt, p, s); err != nil {
 			break
 		}
-		if err = c.p2p(g, fnRecv, recv.ptr+offset(recv.dt, p*k), k, recv.dt, p, s); err != nil {
+		if err = c.p2p(g, capi.FnRecv, recv.ptr+offset(recv.dt, p*k), k, recv.dt, p, s); err != nil {
 			break
 		}
 	}
@@ -252,12 +261,13 @@ func (c *Comm) Gather(send, recv Buffer, root int, s Stream) error {
 	} else {
 		recv.ptr = send.ptr
 	}
-	native, err := c.route(fnGather)
+	native, err := c.route(capi.FnGather)
 	if err != nil {
 		return err
 	}
 	if native {
-		return c.ncclGather(send.ptr, recv.ptr, k, send.dt, root, s.h)
+		o := capi.Gather(uintptr(send.ptr), uintptr(recv.ptr), k, send.dt, root, s.h)
+		return c.stream(&o)
 	}
 	g, mark, err := c.lib.groupBegin()
 	if err != nil {
@@ -265,13 +275,13 @@ func (c *Comm) Gather(send, recv Buffer, root int, s Stream) error {
 	}
 	if c.rank == root {
 		for p := range c.nranks {
-			if err = c.p2p(g, fnRecv, recv.ptr+offset(send.dt, p*k), k, send.dt, p, s); err != nil {
+			if err = c.p2p(g, capi.FnRecv, recv.ptr+offset(send.dt, p*k), k, send.dt, p, s); err != nil {
 				break
 			}
 		}
 	}
 	if err == nil {
-		err = c.p2p(g, fnSend, send.ptr, k, send.dt, root, s)
+		err = c.p2p(g, capi.FnSend, send.ptr, k, send.dt, root, s)
 	}
 	return c.lib.groupEnd(g, mark, err)
 }
@@ -297,12 +307,13 @@ func (c *Comm) Scatter(send, recv Buffer, root int, s Stream) error {
 	} else {
 		send.ptr = recv.ptr
 	}
-	native, err := c.route(fnScatter)
+	native, err := c.route(capi.FnScatter)
 	if err != nil {
 		return err
 	}
 	if native {
-		return c.ncclScatter(send.ptr, recv.ptr, k, recv.dt, root, s.h)
+		o := capi.Scatter(uintptr(send.ptr), uintptr(recv.ptr), k, recv.dt, root, s.h)
+		return c.stream(&o)
 	}
 	g, mark, err := c.lib.groupBegin()
 	if err != nil {
@@ -310,13 +321,13 @@ func (c *Comm) Scatter(send, recv Buffer, root int, s Stream) error {
 	}
 	if c.rank == root {
 		for p := range c.nranks {
-			if err = c.p2p(g, fnSend, send.ptr+offset(recv.dt, p*k), k, recv.dt, p, s); err != nil {
+			if err = c.p2p(g, capi.FnSend, send.ptr+offset(recv.dt, p*k), k, recv.dt, p, s); err != nil {
 				break
 			}
 		}
 	}
 	if err == nil {
-		err = c.p2p(g, fnRecv, recv.ptr, k, recv.dt, root, s)
+		err = c.p2p(g, capi.FnRecv, recv.ptr, k, recv.dt, root, s)
 	}
 	return c.lib.groupEnd(g, mark, err)
 }
@@ -375,13 +386,13 @@ func (c *Comm) PathOf(op string) Path {
 	var sym int
 	switch op {
 	case "AlltoAll":
-		sym = fnAlltoAll
+		sym = capi.FnAlltoAll
 	case "Gather":
-		sym = fnGather
+		sym = capi.FnGather
 	case "Scatter":
-		sym = fnScatter
+		sym = capi.FnScatter
 	case "AlltoAllv":
-		sym = fnAlltoAllv
+		sym = capi.FnAlltoAllv
 	default:
 		return Grouped
 	}
@@ -398,12 +409,12 @@ func (c *Comm) route(sym int) (bool, error) {
 	case Grouped:
 		return false, nil
 	case Native:
-		if c.lib.fn[sym] == 0 {
+		if c.lib.nc.Fn[sym] == 0 {
 			return false, c.lib.unsupported(sym)
 		}
 		return true, nil
 	}
-	return c.lib.fn[sym] != 0, nil
+	return c.lib.nc.Fn[sym] != 0, nil
 }
 
 // p2p records an unchecked Send or Recv in g, for the grouped paths.

@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"context"
+	"github.com/gonccl/nccl/internal/capi"
 	"slices"
 	"sync"
 )
@@ -106,16 +107,16 @@ func (c *Comm) streamIdle(cu *CUDA, h uintptr) bool {
 	}
 	var done bool
 	err := cu.OnDevice(c.dev, func() error {
-		if cu.fn[cuStreamIsCapturing] != 0 {
+		if cu.rt.Fn[capi.CuStreamIsCapturing] != 0 {
 			// cudaStreamQuery on a capturing stream ends the capture in error.
 			var status int32
-			if err := cu.cudaStreamIsCapturing(h, &status); err != nil || status != 0 {
+			if err := cu.rt.StreamIsCapturing(h, &status); err != nil || status != 0 {
 				done = true
 				return err
 			}
 		}
 		var err error
-		done, err = cu.cudaStreamQuery(h)
+		done, err = cu.rt.StreamQuery(h)
 		return err
 	})
 	return done || err != nil

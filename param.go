@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 	"unsafe"
 
@@ -34,12 +35,12 @@ func (l *Library) BindParam(key string) (ParamHandle, error) {
 	if l == nil {
 		return ParamHandle{}, nilLibrary("BindParam")
 	}
-	if l.fn[fnParamBind] == 0 {
-		return ParamHandle{}, l.unsupported(fnParamBind)
+	if l.nc.Fn[capi.FnParamBind] == 0 {
+		return ParamHandle{}, l.unsupported(capi.FnParamBind)
 	}
 	k := append([]byte(key), 0)
 	h := new(uintptr)
-	if err := l.ncclParamBind(h, &k[0]); err != nil {
+	if err := l.nc.ParamBind(h, &k[0]); err != nil {
 		return ParamHandle{}, err
 	}
 	return ParamHandle{lib: l, h: *h, key: key}, nil
@@ -56,27 +57,27 @@ func ParamValue[T ParamInt](p ParamHandle) (T, error) {
 	var v T
 	switch any(v).(type) {
 	case int8:
-		sym = fnParamGetI8
+		sym = capi.FnParamGetI8
 	case int16:
-		sym = fnParamGetI16
+		sym = capi.FnParamGetI16
 	case int32:
-		sym = fnParamGetI32
+		sym = capi.FnParamGetI32
 	case int64:
-		sym = fnParamGetI64
+		sym = capi.FnParamGetI64
 	case uint8:
-		sym = fnParamGetU8
+		sym = capi.FnParamGetU8
 	case uint16:
-		sym = fnParamGetU16
+		sym = capi.FnParamGetU16
 	case uint32:
-		sym = fnParamGetU32
+		sym = capi.FnParamGetU32
 	default:
-		sym = fnParamGetU64
+		sym = capi.FnParamGetU64
 	}
 	if p.lib == nil {
-		return v, argError(ncclSymbols[sym].name, "unbound parameter")
+		return v, argError(capi.NCCLSymbols[sym].Name, "unbound parameter")
 	}
 	out := new(T)
-	err := p.lib.ncclParamGetInt(sym, p.h, unsafe.Pointer(out))
+	err := p.lib.nc.ParamGetInt(sym, p.h, unsafe.Pointer(out))
 	return *out, err
 }
 
@@ -86,14 +87,14 @@ func (p ParamHandle) Str() (string, error) {
 	if p.lib == nil {
 		return "", argError(op, "unbound parameter")
 	}
-	if p.lib.fn[fnParamGetStr] == 0 {
-		return "", p.lib.unsupported(fnParamGetStr)
+	if p.lib.nc.Fn[capi.FnParamGetStr] == 0 {
+		return "", p.lib.unsupported(capi.FnParamGetStr)
 	}
 	// The string lives in a per-thread buffer until the thread's next call.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	s := new(uintptr)
-	if err := p.lib.ncclParamGetStr(p.h, s); err != nil {
+	if err := p.lib.nc.ParamGetStr(p.h, s); err != nil {
 		return "", err
 	}
 	return ccall.GoString(*s), nil
@@ -104,15 +105,15 @@ func (l *Library) Param(key string) (string, error) {
 	if l == nil {
 		return "", nilLibrary("Param")
 	}
-	if l.fn[fnParamGetParameter] == 0 {
-		return "", l.unsupported(fnParamGetParameter)
+	if l.nc.Fn[capi.FnParamGetParameter] == 0 {
+		return "", l.unsupported(capi.FnParamGetParameter)
 	}
 	k := append([]byte(key), 0)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	v := new(uintptr)
 	n := new(int32)
-	if err := l.ncclParamGetParameter(&k[0], v, n); err != nil {
+	if err := l.nc.ParamGetParameter(&k[0], v, n); err != nil {
 		return "", err
 	}
 	return ccall.GoString(*v), nil
@@ -124,14 +125,14 @@ func (l *Library) ParamKeys() ([]string, error) {
 	if l == nil {
 		return nil, nilLibrary("ParamKeys")
 	}
-	if l.fn[fnParamGetAllParameterKeys] == 0 {
-		return nil, l.unsupported(fnParamGetAllParameterKeys)
+	if l.nc.Fn[capi.FnParamGetAllParameterKeys] == 0 {
+		return nil, l.unsupported(capi.FnParamGetAllParameterKeys)
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	table := new(uintptr)
 	n := new(int32)
-	if err := l.ncclParamGetAllParameterKeys(table, n); err != nil {
+	if err := l.nc.ParamGetAllParameterKeys(table, n); err != nil {
 		return nil, err
 	}
 	if *table == 0 || *n <= 0 {

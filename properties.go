@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"encoding/binary"
+	"github.com/gonccl/nccl/internal/capi"
 	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
@@ -51,8 +52,8 @@ func (c *Comm) Properties() (Properties, error) {
 		return z0, zeroComm("Properties")
 	}
 	const op = "ncclCommQueryProperties"
-	if c.lib.fn[fnCommQueryProperties] == 0 {
-		return Properties{}, c.lib.unsupported(fnCommQueryProperties)
+	if c.lib.nc.Fn[capi.FnCommQueryProperties] == 0 {
+		return Properties{}, c.lib.unsupported(capi.FnCommQueryProperties)
 	}
 	v := c.lib.version
 	size := propsSize2292
@@ -68,7 +69,7 @@ func (c *Comm) Properties() (Properties, error) {
 	if err != nil {
 		return Properties{}, err
 	}
-	err = c.lib.ncclCommQueryProperties(h, unsafe.Pointer(buf))
+	err = c.lib.nc.CommQueryProperties(h, unsafe.Pointer(buf))
 	c.exit()
 	if err != nil {
 		return Properties{}, err

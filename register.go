@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -25,8 +26,8 @@ func (c *Comm) Register(b Buffer) (Registration, error) {
 		return z0, zeroComm("Register")
 	}
 	const op = "ncclCommRegister"
-	if c.lib.fn[fnCommRegister] == 0 {
-		return Registration{}, c.lib.unsupported(fnCommRegister)
+	if c.lib.nc.Fn[capi.FnCommRegister] == 0 {
+		return Registration{}, c.lib.unsupported(capi.FnCommRegister)
 	}
 	if err := c.checkBuf(op, "buffer", b, b.dt, b.n, Stream{}); err != nil {
 		return Registration{}, err
@@ -36,7 +37,7 @@ func (c *Comm) Register(b Buffer) (Registration, error) {
 		return Registration{}, err
 	}
 	r := new(uintptr) // a non-blocking communicator may fill it in later
-	err = c.lib.ncclCommRegister(h, b.ptr, uintptr(b.Size()), r)
+	err = c.lib.nc.CommRegister(h, uintptr(b.ptr), uintptr(b.Size()), r)
 	c.exit()
 	if err = c.settled(op, err); err != nil {
 		c.keep(r)
@@ -61,7 +62,7 @@ func (c *Comm) Deregister(r Registration) error {
 	if err != nil {
 		return err
 	}
-	err = c.lib.ncclCommDeregister(h, r.h)
+	err = c.lib.nc.CommDeregister(h, r.h)
 	c.exit()
 	return c.settled(op, err)
 }
@@ -82,8 +83,8 @@ func (c *Comm) RegisterWindow(b Buffer, flags int) (Window, error) {
 		return z0, zeroComm("RegisterWindow")
 	}
 	const op = "ncclCommWindowRegister"
-	if c.lib.fn[fnCommWindowRegister] == 0 {
-		return Window{}, c.lib.unsupported(fnCommWindowRegister)
+	if c.lib.nc.Fn[capi.FnCommWindowRegister] == 0 {
+		return Window{}, c.lib.unsupported(capi.FnCommWindowRegister)
 	}
 	if err := c.checkBuf(op, "buffer", b, b.dt, b.n, Stream{}); err != nil {
 		return Window{}, err
@@ -101,7 +102,7 @@ func (c *Comm) registerWindow(p DevicePtr, size, flags int) (Window, error) {
 		return Window{}, err
 	}
 	w := new(uintptr) // a non-blocking communicator fills it in when the registration is done
-	err = c.lib.ncclCommWindowRegister(h, DevicePtr(p), uintptr(size), w, int32(flags))
+	err = c.lib.nc.CommWindowRegister(h, uintptr(DevicePtr(p)), uintptr(size), w, int32(flags))
 	c.exit()
 	if err = c.settled(op, err); err != nil {
 		c.keep(w)
@@ -164,7 +165,7 @@ func (c *Comm) DeregisterWindow(w Window) error {
 	if err != nil {
 		return err
 	}
-	err = c.lib.ncclCommWindowDeregister(h, w.h)
+	err = c.lib.nc.CommWindowDeregister(h, w.h)
 	c.exit()
 	if err = c.settled(op, err); err == nil {
 		c.winMu.Lock()
@@ -182,8 +183,8 @@ func (l *Library) MemAlloc(dev int, dt DataType, n int) (Buffer, error) {
 	if l == nil {
 		return Buffer{}, nilLibrary("MemAlloc")
 	}
-	if l.fn[fnMemAlloc] == 0 {
-		return Buffer{}, l.unsupported(fnMemAlloc)
+	if l.nc.Fn[capi.FnMemAlloc] == 0 {
+		return Buffer{}, l.unsupported(capi.FnMemAlloc)
 	}
 	size, err := bufferSize(op, dt, n)
 	if err != nil {
@@ -201,12 +202,12 @@ func (l *Library) MemAlloc(dev int, dt DataType, n int) (Buffer, error) {
 
 func (l *Library) memAlloc(dev, size int) (DevicePtr, error) {
 	var p DevicePtr
-	err := l.onDevice("ncclMemAlloc", dev, func() error { return l.ncclMemAlloc(&p, uintptr(size)) })
+	err := l.onDevice("ncclMemAlloc", dev, func() error { return l.nc.MemAlloc((*uintptr)(&p), uintptr(size)) })
 	return p, err
 }
 
 func (l *Library) memFree(dev int, p DevicePtr) error {
-	return l.onDevice("ncclMemFree", dev, func() error { return l.ncclMemFree(p) })
+	return l.onDevice("ncclMemFree", dev, func() error { return l.nc.MemFree(uintptr(p)) })
 }
 
 // AllocSymmetric allocates n elements of dt with ncclMemAlloc on the
@@ -222,8 +223,8 @@ func (c *Comm) AllocSymmetric(dt DataType, n int) (Buffer, error) {
 	}
 	const op = "AllocSymmetric"
 	l := c.lib
-	for _, sym := range []int{fnMemAlloc, fnCommWindowRegister} {
-		if l.fn[sym] == 0 {
+	for _, sym := range []int{capi.FnMemAlloc, capi.FnCommWindowRegister} {
+		if l.nc.Fn[sym] == 0 {
 			return Buffer{}, l.unsupported(sym)
 		}
 	}
@@ -280,15 +281,15 @@ func (c *Comm) PreMulSumDevice(scalar Buffer) (RedOp, error) {
 //go:uintptrescapes
 func (c *Comm) createPreMulSum(scalar uintptr, dt DataType, res abi.ScalarResidence) (RedOp, error) {
 	const op = "ncclRedOpCreatePreMulSum"
-	if c.lib.fn[fnRedOpCreatePreMulSum] == 0 {
-		return 0, c.lib.unsupported(fnRedOpCreatePreMulSum)
+	if c.lib.nc.Fn[capi.FnRedOpCreatePreMulSum] == 0 {
+		return 0, c.lib.unsupported(capi.FnRedOpCreatePreMulSum)
 	}
 	h, err := c.enter(op, false)
 	if err != nil {
 		return 0, err
 	}
 	var r RedOp
-	err = c.lib.ncclRedOpCreatePreMulSum(&r, scalar, dt, int32(res), h)
+	err = c.lib.nc.RedOpCreatePreMulSum(&r, scalar, dt, int32(res), h)
 	c.exit()
 	if err = c.settled(op, err); err != nil {
 		return 0, err
@@ -323,7 +324,7 @@ func (c *Comm) DestroyRedOp(op RedOp) error {
 	if err != nil {
 		return err
 	}
-	err = c.lib.ncclRedOpDestroy(op, h)
+	err = c.lib.nc.RedOpDestroy(op, h)
 	c.exit()
 	if err = c.settled(name, err); err == nil {
 		c.opsMu.Lock()

@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"github.com/gonccl/nccl/internal/capi"
 	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
@@ -30,8 +31,8 @@ func (c *Comm) PutSignal(src Buffer, peer int, win Window, offset int, s Stream)
 		return zeroComm("PutSignal")
 	}
 	const name = "ncclPutSignal"
-	if c.lib.fn[fnPutSignal] == 0 {
-		return c.lib.unsupported(fnPutSignal)
+	if c.lib.nc.Fn[capi.FnPutSignal] == 0 {
+		return c.lib.unsupported(capi.FnPutSignal)
 	}
 	if err := c.checkRoot(name, "peer", peer); err != nil {
 		return err
@@ -59,7 +60,8 @@ func (c *Comm) PutSignal(src Buffer, peer int, win Window, offset int, s Stream)
 	case !c.inSymmetricWindow(uintptr(src.ptr), bytes):
 		return argError(name, "src is not inside a symmetric window of this communicator (AllocSymmetric, or RegisterWindow with WinCollSymmetric)")
 	}
-	return c.ncclPutSignal(src.ptr, src.n, src.dt, peer, win.h, uintptr(offset), 0, 0, 0, s.h)
+	o := capi.PutSignal(uintptr(src.ptr), src.n, src.dt, peer, win.h, uintptr(offset), 0, 0, 0, s.h)
+	return c.stream(&o)
 }
 
 // Signal signals peer without moving data (ncclSignal, signal index 0,
@@ -69,8 +71,8 @@ func (c *Comm) Signal(peer int, s Stream) error {
 		return zeroComm("Signal")
 	}
 	const name = "ncclSignal"
-	if c.lib.fn[fnSignal] == 0 {
-		return c.lib.unsupported(fnSignal)
+	if c.lib.nc.Fn[capi.FnSignal] == 0 {
+		return c.lib.unsupported(capi.FnSignal)
 	}
 	if err := c.checkRoot(name, "peer", peer); err != nil {
 		return err
@@ -78,7 +80,8 @@ func (c *Comm) Signal(peer int, s Stream) error {
 	if err := c.checkStream(name, s); err != nil {
 		return err
 	}
-	return c.ncclSignal(peer, 0, 0, 0, s.h)
+	o := capi.Signal(peer, 0, 0, 0, s.h)
+	return c.stream(&o)
 }
 
 // WaitSignal makes s wait until the signals waits describe have arrived, and
@@ -89,8 +92,8 @@ func (c *Comm) WaitSignal(waits []WaitSignalDesc, s Stream) error {
 		return zeroComm("WaitSignal")
 	}
 	const name = "ncclWaitSignal"
-	if c.lib.fn[fnWaitSignal] == 0 {
-		return c.lib.unsupported(fnWaitSignal)
+	if c.lib.nc.Fn[capi.FnWaitSignal] == 0 {
+		return c.lib.unsupported(capi.FnWaitSignal)
 	}
 	if len(waits) == 0 || len(waits) > 1<<31-1 {
 		return argError(name, "%d descriptors", len(waits))
@@ -119,7 +122,8 @@ func (c *Comm) WaitSignal(waits []WaitSignalDesc, s Stream) error {
 	// when the group launches: pinned until then.
 	pin := c.lib.pinner()
 	pin.Pin(&waits[0])
-	err := c.ncclWaitSignal(len(waits), unsafe.Pointer(&waits[0]), s.h)
+	o := capi.WaitSignal(len(waits), unsafe.Pointer(&waits[0]), s.h)
+	err := c.stream(&o)
 	c.lib.unpinAfter(pin)
 	return err
 }
@@ -142,8 +146,8 @@ func (c *Comm) WindowAddress(w Window) (DevicePtr, error) {
 		return z0, zeroComm("WindowAddress")
 	}
 	const op = "ncclWinGetUserPtr"
-	if c.lib.fn[fnWinGetUserPtr] == 0 {
-		return 0, c.lib.unsupported(fnWinGetUserPtr)
+	if c.lib.nc.Fn[capi.FnWinGetUserPtr] == 0 {
+		return 0, c.lib.unsupported(capi.FnWinGetUserPtr)
 	}
 	if w.comm != c {
 		return 0, argError(op, "window of another communicator, or none")
@@ -153,7 +157,7 @@ func (c *Comm) WindowAddress(w Window) (DevicePtr, error) {
 		return 0, err
 	}
 	p := new(uintptr)
-	err = c.lib.ncclWinGetUserPtr(h, w.h, p)
+	err = c.lib.nc.WinGetUserPtr(h, w.h, p)
 	c.exit()
 	return DevicePtr(*p), err
 }

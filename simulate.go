@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"encoding/binary"
+	"github.com/gonccl/nccl/internal/capi"
 	"math"
 	"runtime"
 	"time"
@@ -22,8 +23,8 @@ func (l *Library) SimulateGroup(fn func() error) (estimate time.Duration, err er
 	if fn == nil { // refused before the group opens: nothing to undo
 		return 0, argError("SimulateGroup", "nil function")
 	}
-	if l.fn[fnGroupSimulateEnd] == 0 {
-		return 0, l.unsupported(fnGroupSimulateEnd)
+	if l.nc.Fn[capi.FnGroupSimulateEnd] == 0 {
+		return 0, l.unsupported(capi.FnGroupSimulateEnd)
 	}
 	g, mark, err := l.groupBegin()
 	if err != nil {
@@ -52,7 +53,7 @@ func (l *Library) SimulateGroup(fn func() error) (estimate time.Duration, err er
 	ne.PutUint32(sim[12:], uint32(l.version.Code()))
 	ne.PutUint32(sim[16:], math.Float32bits(-1)) // NCCL_UNDEF_FLOAT
 	empty := len(g.ops) == 0 && !g.ncclOpen
-	err = l.launch(g, fnGroupSimulateEnd, uintptr(unsafe.Pointer(sim)))
+	err = l.launch(g, capi.FnGroupSimulateEnd, uintptr(unsafe.Pointer(sim)))
 	runtime.KeepAlive(sim)
 	g.depth--
 	l.groupRelease(g)

@@ -31,7 +31,7 @@ func (cu *CUDA) NewStream(dev int, flags StreamFlags) (Stream, error) {
 	}
 	var h uintptr
 	err := cu.OnDevice(dev, func() error {
-		return cu.cudaStreamCreateWithFlags(&h, flags)
+		return cu.rt.StreamCreateWithFlags(&h, uint32(flags))
 	})
 	if err == nil {
 		destroyedStreams.Delete(h) // CUDA may hand out a destroyed stream's handle again
@@ -95,7 +95,7 @@ func (s Stream) Destroy() error {
 	if s.life != nil && !s.life.destroyed.CompareAndSwap(false, true) {
 		return destroyedStream(op)
 	}
-	err = cu.OnDevice(s.dev, func() error { return cu.cudaStreamDestroy(s.h) })
+	err = cu.OnDevice(s.dev, func() error { return cu.rt.StreamDestroy(s.h) })
 	if err != nil && s.life != nil {
 		s.life.destroyed.Store(false)
 	}
@@ -125,9 +125,9 @@ func (s Stream) Synchronize() error {
 		return err
 	}
 	if s.h == 0 { // the legacy stream of the current device: make it s's
-		return cu.OnDevice(s.dev, func() error { return cu.cudaStreamSynchronize(0) })
+		return cu.OnDevice(s.dev, func() error { return cu.rt.StreamSynchronize(0) })
 	}
-	return cu.cudaStreamSynchronize(s.h)
+	return cu.rt.StreamSynchronize(s.h)
 }
 
 // Query reports whether all work on the stream is done, without waiting.
@@ -141,10 +141,10 @@ func (s Stream) Query() (bool, error) {
 	}
 	if s.h == 0 {
 		var done bool
-		err := cu.OnDevice(s.dev, func() (err error) { done, err = cu.cudaStreamQuery(0); return err })
+		err := cu.OnDevice(s.dev, func() (err error) { done, err = cu.rt.StreamQuery(0); return err })
 		return done, err
 	}
-	return cu.cudaStreamQuery(s.h)
+	return cu.rt.StreamQuery(s.h)
 }
 
 // Wait makes later work on s wait until e completes, on the GPU.
@@ -154,9 +154,9 @@ func (s Stream) Wait(e Event) error {
 		return err
 	}
 	if s.h == 0 { // the legacy stream of the current device: make it s's
-		return cu.OnDevice(s.dev, func() error { return cu.cudaStreamWaitEvent(0, e.h) })
+		return cu.OnDevice(s.dev, func() error { return cu.rt.StreamWaitEvent(0, e.h) })
 	}
-	return cu.cudaStreamWaitEvent(s.h, e.h)
+	return cu.rt.StreamWaitEvent(s.h, e.h)
 }
 
 // After makes later work on s wait for everything enqueued on other so far, on
@@ -184,7 +184,7 @@ func (s Stream) After(other Stream) error {
 }
 
 func (cu *CUDA) ready(sym int, h uintptr) (bool, error) {
-	v, err := cu.callOn(-1, cu.fn[sym], h)
+	v, err := cu.callOn(-1, cu.rt.Fn[sym], h)
 	if err != nil {
 		return false, err
 	}
@@ -212,7 +212,7 @@ func (cu *CUDA) NewEvent(dev int, flags EventFlags) (Event, error) {
 	}
 	var h uintptr
 	err := cu.OnDevice(dev, func() error {
-		return cu.cudaEventCreateWithFlags(&h, flags)
+		return cu.rt.EventCreateWithFlags(&h, uint32(flags))
 	})
 	return Event{cu: cu, h: h, dev: dev}, err
 }
@@ -240,11 +240,11 @@ func (e Event) Record(s Stream) error {
 		return destroyedStream("cudaEventRecord")
 	}
 	if s.h == 0 { // the legacy stream of the current device: make it the event's
-		return cu.OnDevice(e.dev, func() error { return cu.cudaEventRecord(e.h, 0) })
+		return cu.OnDevice(e.dev, func() error { return cu.rt.EventRecord(e.h, 0) })
 	}
 	// The event and the stream name their device: no current device involved,
 	// and no allocation (nccl-bench records two per iteration).
-	if err := cu.cudaEventRecord(e.h, s.h); err != nil {
+	if err := cu.rt.EventRecord(e.h, s.h); err != nil {
 		return err
 	}
 	cu.noteRecord(e.h, s.h) // one atomic load when no capture is open
@@ -260,7 +260,7 @@ func (e Event) Synchronize() error {
 	if err := cu.refuseEvent("cudaEventSynchronize", e.h); err != nil {
 		return err
 	}
-	return cu.cudaEventSynchronize(e.h)
+	return cu.rt.EventSynchronize(e.h)
 }
 
 // Query reports whether the event has completed, without waiting.
@@ -272,7 +272,7 @@ func (e Event) Query() (bool, error) {
 	if err := cu.refuseEvent("cudaEventQuery", e.h); err != nil {
 		return false, err
 	}
-	return cu.cudaEventQuery(e.h)
+	return cu.rt.EventQuery(e.h)
 }
 
 // Elapsed is the time from start to e, both completed timing events.
@@ -288,7 +288,7 @@ func (e Event) Elapsed(start Event) (time.Duration, error) {
 		return 0, err
 	}
 	var ms float32
-	if err := cu.cudaEventElapsedTime(&ms, start.h, e.h); err != nil {
+	if err := cu.rt.EventElapsedTime(&ms, start.h, e.h); err != nil {
 		return 0, err
 	}
 	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
@@ -300,5 +300,5 @@ func (e Event) Destroy() error {
 	if err != nil {
 		return err
 	}
-	return cu.OnDevice(e.dev, func() error { return cu.cudaEventDestroy(e.h) })
+	return cu.OnDevice(e.dev, func() error { return cu.rt.EventDestroy(e.h) })
 }

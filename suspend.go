@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // SuspendMem is NCCL_SUSPEND_MEM, the Comm.Suspend flag that releases the
@@ -16,8 +17,8 @@ func (c *Comm) Suspend(flags int) error {
 		return zeroComm("Suspend")
 	}
 	const op = "ncclCommSuspend"
-	if c.lib.fn[fnCommSuspend] == 0 {
-		return c.lib.unsupported(fnCommSuspend)
+	if c.lib.nc.Fn[capi.FnCommSuspend] == 0 {
+		return c.lib.unsupported(capi.FnCommSuspend)
 	}
 	if flags&^SuspendMem != 0 {
 		return argError(op, "flags %#x: want SuspendMem", flags)
@@ -26,7 +27,7 @@ func (c *Comm) Suspend(flags int) error {
 	if err != nil {
 		return err
 	}
-	err = c.lib.ncclCommSuspend(h, int32(flags))
+	err = c.lib.nc.CommSuspend(h, int32(flags))
 	c.exit()
 	return c.settled(op, err)
 }
@@ -37,14 +38,14 @@ func (c *Comm) Resume() error {
 		return zeroComm("Resume")
 	}
 	const op = "ncclCommResume"
-	if c.lib.fn[fnCommResume] == 0 {
-		return c.lib.unsupported(fnCommResume)
+	if c.lib.nc.Fn[capi.FnCommResume] == 0 {
+		return c.lib.unsupported(capi.FnCommResume)
 	}
 	h, err := c.enter(op, false)
 	if err != nil {
 		return err
 	}
-	err = c.lib.ncclCommResume(h)
+	err = c.lib.nc.CommResume(h)
 	c.exit()
 	return c.settled(op, err)
 }
@@ -74,8 +75,8 @@ func (c *Comm) MemStats() (MemStats, error) {
 		return z0, zeroComm("MemStats")
 	}
 	const op = "ncclCommMemStats"
-	if c.lib.fn[fnCommMemStats] == 0 {
-		return MemStats{}, c.lib.unsupported(fnCommMemStats)
+	if c.lib.nc.Fn[capi.FnCommMemStats] == 0 {
+		return MemStats{}, c.lib.unsupported(capi.FnCommMemStats)
 	}
 	h, err := c.enter(op, false)
 	if err != nil {
@@ -84,7 +85,7 @@ func (c *Comm) MemStats() (MemStats, error) {
 	defer c.exit()
 	v := new([4]uint64)
 	for stat := range v {
-		if err := c.lib.ncclCommMemStats(h, int32(stat), &v[stat]); err != nil {
+		if err := c.lib.nc.CommMemStats(h, int32(stat), &v[stat]); err != nil {
 			return MemStats{}, err
 		}
 	}

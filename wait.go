@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -113,8 +114,8 @@ func (c *Comm) SetDeadlineAction(a DeadlineAction) error {
 	switch a {
 	case AbortOnDeadline:
 	case RevokeOnDeadline:
-		if c.lib.fn[fnCommRevoke] == 0 {
-			return c.lib.unsupported(fnCommRevoke)
+		if c.lib.nc.Fn[capi.FnCommRevoke] == 0 {
+			return c.lib.unsupported(capi.FnCommRevoke)
 		}
 	default:
 		return argError("SetDeadlineAction", "action %d: want AbortOnDeadline or RevokeOnDeadline", a)

@@ -920,11 +920,11 @@ func barrierFirst(t *testing.T, first *regexp.Regexp, op, subsys, warm string) {
 
 // TestCommandRanksCallOnTheirDevice: each process of -np 2 calls NCCL from
 // threads whose current CUDA device is its own GPU. NCCL's COLL line carries
-// the calling thread's device; on 4 × H100 before the thread-device guard the
-// process of GPU 1 showed [0] on every line, and NCCL's restore of that device
-// left a context of about 525 MiB on GPU 0 per process
-// (docs/perf/h100x4-2026-11-27c/coll-lines.txt, threaddevice.go). A subtest:
-// -np is skipped under an emulator.
+// the calling thread's device; without the thread-device guard
+// (internal/capi/threaddevice.go) the process of GPU 1 shows [0] on every
+// line, and NCCL's restore of that device leaves a context on GPU 0 per
+// process (TestGPUNoContextOnDeviceZero measures it). A subtest: -np is
+// skipped under an emulator.
 func TestCommandRanksCallOnTheirDevice(t *testing.T) {
 	t.Run("np2", func(t *testing.T) {
 		dir := t.TempDir()

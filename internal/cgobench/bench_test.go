@@ -88,7 +88,7 @@ func BenchmarkAllReduceGonccl(b *testing.B) {
 
 // BenchmarkAllReduceGoncclDevice1 is BenchmarkAllReduceGonccl where the
 // library has not used device 0: each call runs through the thread-device
-// guard (threaddevice.go), one cudaGetDevice more inside the same C call.
+// guard (internal/capi/threaddevice.go), one cudaGetDevice more inside the same C call.
 func BenchmarkAllReduceGoncclDevice1(b *testing.B) {
 	_, c, buf, s := setupOn(b, 1)
 	b.ReportAllocs()

@@ -1,14 +1,14 @@
-package nccl
+package load
 
 import (
 	"errors"
 	"fmt"
+	"github.com/gonccl/nccl/internal/capi"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/gonccl/nccl/abi"
 	"github.com/gonccl/nccl/internal/dl"
 	"golang.org/x/sys/unix"
 )
@@ -18,13 +18,13 @@ import (
 
 // openFile opens the file at path. A file the process has mapped already is
 // taken as it is: the dynamic loader validated it when it mapped it. Another is
-// first checked (checkCandidate), which turns dlopen's terse words, its hangs
+// first checked (CheckCandidate), which turns dlopen's terse words, its hangs
 // and its crashes into typed errors.
 func openFile(path string) (uintptr, error) {
 	if h := loaded(path); h != 0 {
 		return h, nil
 	}
-	if err := checkCandidate(path); err != nil {
+	if err := CheckCandidate(path); err != nil {
 		return 0, err
 	}
 	return dlopen(path, dl.Now|dl.Global)
@@ -78,11 +78,11 @@ func regularFile(path string, m fs.FileMode) error {
 	return &FileError{Path: path, Err: fmt.Errorf("%w: it is a %s", ErrNotRegular, what)}
 }
 
-// checkCandidate is every check of a file before dlopen may see it: a regular
+// CheckCandidate is every check of a file before dlopen may see it: a regular
 // file (looked at before it is opened, and opened without blocking, then
 // looked at again through the descriptor, in case it was swapped), an ELF
 // shared object for this architecture whose headers fit in the file.
-func checkCandidate(path string) error {
+func CheckCandidate(path string) error {
 	if err := checkRegular(path); err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func checkCandidate(path string) error {
 	return nil
 }
 
-// loaderPathHazard looks where the dynamic loader will look for soname in
+// LoaderPathHazard looks where the dynamic loader will look for soname in
 // LD_LIBRARY_PATH (each folder's glibc-hwcaps subfolders, then the folder; an
 // empty entry is the working directory, as for the loader) and returns the
 // refusal of a file there that would hang or crash it: not regular, or a
@@ -112,7 +112,7 @@ func checkCandidate(path string) error {
 // not ELF, not readable) is passed over, as the loader passes it over; the
 // first good one ends the look, as it ends the loader's. Subfolders for CPU
 // levels this machine lacks are checked too: the look errs toward refusing.
-func loaderPathHazard(soname, ldLibraryPath string) error {
+func LoaderPathHazard(soname, ldLibraryPath string) error {
 	if ldLibraryPath == "" {
 		return nil
 	}
@@ -122,7 +122,7 @@ func loaderPathHazard(soname, ldLibraryPath string) error {
 		}
 		good := false
 		for _, p := range loaderPathFiles(dir, soname) {
-			err := checkCandidate(p)
+			err := CheckCandidate(p)
 			if errors.Is(err, ErrNotRegular) || errors.Is(err, ErrCorruptELF) {
 				return err
 			}
@@ -151,52 +151,21 @@ func loaderPathFiles(dir, soname string) []string {
 	return out
 }
 
-// checkNCCLVersion refuses a library whose ncclGetVersion fails or answers a
-// code no NCCL release reports, naming the file. A library without the
-// function passes: Open reports the missing symbol.
-func checkNCCLVersion(h uintptr, path string) error {
-	fn := dlsym(h, ncclSymbols[fnGetVersion].cname)
-	if fn == 0 {
-		return nil
-	}
-	var code int32
-	if r := ncclGetVersion(fn, &code); r != abi.Success {
-		return &FileError{Path: path, Err: &Error{Op: "ncclGetVersion", Code: r}}
-	}
-	if !plausibleVersion(code) {
-		return &VersionError{Path: path, Code: code}
-	}
-	return nil
-}
-
-// plausibleVersion: a positive code that abi.DecodeVersion reads as NCCL 2.x
-// or 3.x (X*1000+Y*100+Z before 2.9, X*10000+Y*100+Z from 2.9).
-func plausibleVersion(code int32) bool {
-	if code <= 0 {
-		return false
-	}
-	major := abi.DecodeVersion(int(code)).Major
-	return major == 2 || major == 3
-}
-
 // dlopen is dl.Open with its error wrapped in ErrDlopen, the path in dlerror's
 // words shown bounded (it may be long or hold newlines).
 func dlopen(path string, mode int) (uintptr, error) {
 	if strings.IndexByte(path, 0) >= 0 {
-		return 0, fmt.Errorf("%w: %s holds a NUL byte", ErrDlopen, quoteValue(path))
+		return 0, fmt.Errorf("%w: %s holds a NUL byte", ErrDlopen, Quote(path))
 	}
 	h, err := dl.Open(path, mode)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s", ErrDlopen, strings.Replace(err.Error(), path, showPath(path), 1))
+		return 0, fmt.Errorf("%w: %s", ErrDlopen, strings.Replace(err.Error(), path, ShowPath(path), 1))
 	}
 	return h, nil
 }
 
-// dlsym returns 0 for a missing symbol; name is NUL-terminated (symbol.cname).
-func dlsym(h uintptr, name *byte) uintptr { return dl.Sym(h, name) }
-
 // mappedPath is the file behind handle h (see dl.MappedPath), located by
 // ncclGetVersion or cudaRuntimeGetVersion where dlinfo is missing.
 func mappedPath(h uintptr) (string, error) {
-	return dl.MappedPath(h, ncclSymbols[fnGetVersion].cname, cudaSymbols[cuRuntimeGetVersion].cname)
+	return dl.MappedPath(h, capi.NCCLSymbols[capi.FnGetVersion].CName, capi.CUDASymbols[capi.CuRuntimeGetVersion].CName)
 }

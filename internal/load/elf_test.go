@@ -1,4 +1,4 @@
-package nccl
+package load
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gonccl/nccl/internal/fakes"
 )
 
 // tinyELF builds about the smallest file checkELFImage accepts: an ELF64
@@ -53,18 +55,7 @@ func putSegment(b []byte, i int, typ elf.ProgType, off, vaddr, filesz, memsz uin
 	le.PutUint64(ph[48:], 8)
 }
 
-// fakeLibBytes is the fake libnccl.so.2: a real shared library, built for this
-// architecture at test time.
-func fakeLibBytes(tb testing.TB) []byte {
-	tb.Helper()
-	b, err := os.ReadFile(filepath.Join(FakeNCCL(tb, "default"), "libnccl.so.2"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
-}
-
-// layoutInside is the fuzz target's oracle, written apart from elfcheck.go
+// layoutInside is the fuzz target's oracle, written apart from elf.go
 // and with other arithmetic: nil if the program header table and every
 // PT_LOAD and PT_DYNAMIC segment's bytes lie inside data, with at least one
 // PT_LOAD.
@@ -99,24 +90,6 @@ func layoutInside(data []byte) error {
 	return nil
 }
 
-// segmentsEnd is where the last byte that a trusted library's program header
-// table, PT_LOAD or PT_DYNAMIC segments name ends: a copy cut shorter cannot
-// be loaded.
-func segmentsEnd(t *testing.T, lib []byte) int {
-	t.Helper()
-	ef, err := elf.NewFile(bytes.NewReader(lib))
-	if err != nil {
-		t.Fatal(err)
-	}
-	end := int(binary.LittleEndian.Uint64(lib[32:])) + len(ef.Progs)*elf64PhdrSize
-	for _, p := range ef.Progs {
-		if e := int(p.Off + p.Filesz); (p.Type == elf.PT_LOAD || p.Type == elf.PT_DYNAMIC) && e > end {
-			end = e
-		}
-	}
-	return end
-}
-
 // countingReader counts the bytes read through it.
 type countingReader struct {
 	r io.ReaderAt
@@ -143,7 +116,7 @@ func FuzzELFCheck(f *testing.F) {
 	// table, the report's 4096 bytes, a header cut short. Whole libraries
 	// (tens of KiB) would make the fuzzer spend its time minimizing them;
 	// TestELFCheckTruncatedLibrary checks those.
-	lib := fakeLibBytes(f)
+	lib := fakes.LibBytes(f)
 	table := int(binary.LittleEndian.Uint64(lib[32:])) + int(binary.LittleEndian.Uint16(lib[56:]))*elf64PhdrSize
 	for _, n := range []int{table, table - 1, 4096, 63, 20, 4, 0} {
 		f.Add(lib[:n])
@@ -170,8 +143,8 @@ func FuzzELFCheck(f *testing.F) {
 // every byte its program headers name; the first 4096 bytes of it (the
 // report's crash: SIGBUS inside dlopen) are refused as corrupt.
 func TestELFCheckTruncatedLibrary(t *testing.T) {
-	lib := fakeLibBytes(t)
-	need := segmentsEnd(t, lib)
+	lib := fakes.LibBytes(t)
+	need := fakes.LoadableEnd(t, lib)
 	if need <= 4096 {
 		t.Fatalf("the fake library's segments end at %d: too small to show a 4096-byte truncation", need)
 	}

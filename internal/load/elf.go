@@ -1,4 +1,4 @@
-package nccl
+package load
 
 import (
 	"debug/elf"
