@@ -48,7 +48,7 @@ const (
 	allocNCCL                       // ncclMemAlloc
 	allocSymmetric                  // ncclMemAlloc and a symmetric window
 	allocForeign                    // CUDA.Wrap: not gonccl's to free
-	allocStream                     // cudaMallocAsync: freed in stream order (cudamem.go)
+	allocStream                     // cudaMallocAsync: freed in stream order (cuda_memory.go)
 )
 
 // Ptr is the device address of element 0.

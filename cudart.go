@@ -20,7 +20,7 @@ type CUDA struct {
 	LibraryFile
 	rt capi.CUDA // the runtime's functions and the thread-device guard
 
-	capt captures // the stream captures gonccl has open (graph.go)
+	capt captures // the stream captures gonccl has open (cuda_capture.go)
 }
 
 // OpenCUDA loads the CUDA runtime alone. Of the options only WithCUDARuntime
