@@ -1,8 +1,9 @@
 package nccl
 
 import (
-	"github.com/gonccl/nccl/internal/capi"
 	"unsafe"
+
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // Layout gives the counts and displacements of an all-to-all-v, in elements.

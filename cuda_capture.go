@@ -1,12 +1,12 @@
 package nccl
 
 import (
-	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 
+	"github.com/gonccl/nccl/internal/capi"
 	"golang.org/x/sys/unix"
 )
 

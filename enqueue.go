@@ -1,10 +1,10 @@
 package nccl
 
 import (
-	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // The one path every stream operation takes into NCCL (Comm.stream): the

@@ -1,8 +1,9 @@
 package nccl
 
 import (
-	"github.com/gonccl/nccl/internal/capi"
 	"strconv"
+
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // Stream operations: each enqueues work on stream s and returns; none

@@ -1,10 +1,10 @@
 package nccl
 
 import (
-	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 	"unsafe"
 
+	"github.com/gonccl/nccl/internal/capi"
 	"github.com/gonccl/nccl/internal/ccall"
 )
 

@@ -1,13 +1,13 @@
 package nccl
 
 import (
-	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 	"slices"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // Memory registration, NCCL's allocator, symmetric windows and PreMulSum ops.

@@ -1,10 +1,10 @@
 package nccl
 
 import (
-	"github.com/gonccl/nccl/internal/capi"
 	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // One-sided RMA (NCCL >= 2.29.2): a rank writes into a peer's window without
