@@ -2,12 +2,13 @@ package nccl
 
 import (
 	"encoding/binary"
-	"github.com/gonccl/nccl/internal/capi"
 	"hash/fnv"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // A clique is the ranks of one communicator that this process holds (NCCL's

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gonccl/nccl/internal/capi"
 	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // Comm is an NCCL communicator: one rank's member of a group of ranks that run

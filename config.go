@@ -4,9 +4,8 @@ import (
 	"errors"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gonccl/nccl/abi"
+	"golang.org/x/sys/unix"
 )
 
 // Config is ncclConfig_t: how NCCL builds a communicator (InitRank, InitAll,

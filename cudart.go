@@ -3,14 +3,14 @@ package nccl
 import (
 	"errors"
 	"fmt"
-	"github.com/gonccl/nccl/internal/capi"
-	"github.com/gonccl/nccl/internal/load"
 	"os"
 	"runtime"
 	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/capi"
 	"github.com/gonccl/nccl/internal/ccall"
+	"github.com/gonccl/nccl/internal/load"
 )
 
 // CUDA is a loaded CUDA runtime (libcudart), found by the same search as NCCL.

@@ -300,3 +300,63 @@ var (
 // quoteValue renders an outside string for an error message, bounded (see
 // load.Quote).
 func quoteValue(s string) string { return load.Quote(s) }
+
+// CUDA's error codes of stream capture (cudaError_t).
+const (
+	CUDAErrorStreamCaptureUnsupported CUDAErrorCode = 900 // the call is not permitted while the stream captures
+	CUDAErrorStreamCaptureInvalidated CUDAErrorCode = 901 // an earlier error invalidated the capture
+	CUDAErrorStreamCaptureMerge       CUDAErrorCode = 902
+	CUDAErrorStreamCaptureUnmatched   CUDAErrorCode = 903
+	CUDAErrorStreamCaptureUnjoined    CUDAErrorCode = 904
+	CUDAErrorStreamCaptureIsolation   CUDAErrorCode = 905 // a dependency would cross the capture's boundary
+	CUDAErrorStreamCaptureImplicit    CUDAErrorCode = 906 // the legacy stream would join a capturing blocking stream
+	CUDAErrorCapturedEvent            CUDAErrorCode = 907 // the event was last recorded in a capture
+	CUDAErrorStreamCaptureWrongThread CUDAErrorCode = 908 // a non-relaxed capture ended on another thread
+)
+
+// ErrCapturing matches every *CaptureError: a call refused because a stream
+// capture is open, by gonccl before reaching CUDA or by CUDA (codes 900–908).
+var ErrCapturing = errors.New("CUDA stream capture in progress")
+
+// CaptureError is a call refused because of an open stream capture.
+type CaptureError struct {
+	Op     string     // the call, e.g. "cudaStreamSynchronize"
+	Device int        // the capturing stream's device; -1 if unknown
+	Stream uintptr    // the capturing stream; 0 if unknown
+	Msg    string     // why
+	CUDA   *CUDAError // CUDA's refusal; nil when gonccl refused first
+}
+
+func (e *CaptureError) Error() string {
+	if e.CUDA != nil {
+		return fmt.Sprintf("%s: %s (%v)", e.Op, e.Msg, e.CUDA.Code)
+	}
+	return fmt.Sprintf("%s: refused: stream %#x on device %d is capturing a CUDA graph: %s", e.Op, e.Stream, e.Device, e.Msg)
+}
+
+// Is matches ErrCapturing, and ErrCUDA when CUDA refused.
+func (e *CaptureError) Is(target error) bool {
+	return target == ErrCapturing || (e.CUDA != nil && e.CUDA.Is(target))
+}
+
+// Unwrap is CUDA's *CUDAError, when CUDA refused.
+func (e *CaptureError) Unwrap() error {
+	if e.CUDA == nil {
+		return nil
+	}
+	return e.CUDA
+}
+
+// shortVersion is v without a zero patch level ("2.28").
+func shortVersion(v abi.Version) string {
+	if v.Patch == 0 {
+		return fmt.Sprintf("%d.%d", v.Major, v.Minor)
+	}
+	return v.String()
+}
+
+// isInProgress reports a non-blocking call's ncclInProgress.
+func isInProgress(err error) bool {
+	e, ok := err.(*Error)
+	return ok && e.Code == abi.InProgress
+}

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gonccl/nccl/internal/capi"
 	"testing"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // TestErrorMethod: an error that knows the Go method called says it before

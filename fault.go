@@ -3,10 +3,10 @@ package nccl
 import (
 	"context"
 	"fmt"
-	"github.com/gonccl/nccl/internal/capi"
 	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // Fault tolerance: revoking a communicator, shrinking it to the ranks that

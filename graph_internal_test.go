@@ -3,13 +3,13 @@ package nccl
 import (
 	"context"
 	"errors"
-	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // TestGraphsUnsupported: a runtime without the graph functions (older than

@@ -3,12 +3,12 @@ package nccl
 import (
 	"context"
 	"fmt"
-	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 	"slices"
 	"sync/atomic"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/capi"
 	"github.com/gonccl/nccl/internal/ccall"
 	"github.com/gonccl/nccl/internal/goid"
 )

@@ -3,13 +3,13 @@ package nccl
 import (
 	"context"
 	"fmt"
-	"github.com/gonccl/nccl/internal/capi"
 	"os"
 	"slices"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // Communicator creation. Every form takes a context, which bounds the init in

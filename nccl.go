@@ -2,8 +2,6 @@ package nccl
 
 import (
 	"fmt"
-	"github.com/gonccl/nccl/internal/capi"
-	"github.com/gonccl/nccl/internal/load"
 	"os"
 	"runtime"
 	"slices"
@@ -14,7 +12,9 @@ import (
 	"time"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/capi"
 	"github.com/gonccl/nccl/internal/ccall"
+	"github.com/gonccl/nccl/internal/load"
 )
 
 // Library is a loaded libnccl (NCCL or a fork such as VCCL) and, unless
@@ -327,13 +327,6 @@ func (l *Library) unsupported(sym int) error {
 	return &UnsupportedError{Name: s.Name, Path: l.Path, Version: l.version, Requires: req}
 }
 
-func shortVersion(v abi.Version) string {
-	if v.Patch == 0 {
-		return fmt.Sprintf("%d.%d", v.Major, v.Minor)
-	}
-	return v.String()
-}
-
 func (l *Library) live(op string) error {
 	if l.closed.Load() {
 		return &ClosedError{Op: op, What: "library"}
@@ -352,9 +345,4 @@ func (l *Library) onDevice(op string, dev int, fn func() error) error {
 		return &Error{Op: op, Code: abi.InvalidUsage, Msg: "needs the CUDA runtime to select the device (opened WithoutCUDARuntime)"}
 	}
 	return l.cuda.OnDevice(dev, fn)
-}
-
-func isInProgress(err error) bool {
-	e, ok := err.(*Error)
-	return ok && e.Code == abi.InProgress
 }

@@ -2,9 +2,10 @@ package nccl
 
 import (
 	"context"
-	"github.com/gonccl/nccl/internal/capi"
 	"slices"
 	"sync"
+
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // A blocking communicator's ncclCommFinalize synchronizes NCCL's own device

@@ -2,10 +2,10 @@ package nccl
 
 import (
 	"encoding/binary"
-	"github.com/gonccl/nccl/internal/capi"
 	"unsafe"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // GinType is ncclGinType_t: how a communicator's GPU-initiated networking

@@ -2,11 +2,12 @@ package nccl
 
 import (
 	"encoding/binary"
-	"github.com/gonccl/nccl/internal/capi"
 	"math"
 	"runtime"
 	"time"
 	"unsafe"
+
+	"github.com/gonccl/nccl/internal/capi"
 )
 
 // simInfoMagic is the magic of NCCL_SIM_INFO_INITIALIZER.

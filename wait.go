@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gonccl/nccl/internal/capi"
 	"runtime"
 	"sync/atomic"
 	"time"
 
 	"github.com/gonccl/nccl/abi"
+	"github.com/gonccl/nccl/internal/capi"
 	"golang.org/x/sys/unix"
 )
 
