@@ -145,12 +145,13 @@ func (cu *CUDA) noteComm(c *Comm, h uintptr) bool {
 // connects them on threads of its own, but with one (one goroutine per GPU,
 // or one GPU per process) it connects on the calling thread, where the
 // thread-local capture forbids what a connection between two GPUs of one
-// process needs: NCCL 2.28.3 on 4 × H100 failed the captured first all-to-all
-// of four goroutines with "failed to peer with device 0(=60): 900 operation
-// not permitted when stream is capturing" (cudaDeviceEnablePeerAccess, in
-// p2p.cc). NCCL relaxes the thread around its own allocations for the same
-// reason; gonccl relaxes it around an NCCL call on a capturing stream, so
-// that a captured operation connects as it would outside the capture.
+// process needs: NCCL fails a captured first all-to-all of four goroutines
+// with "failed to peer with device 0: 900 operation not permitted when stream
+// is capturing" (cudaDeviceEnablePeerAccess, in p2p.cc;
+// TestGPUCapturedAllReduce). NCCL relaxes the thread around its own
+// allocations for the same reason; gonccl relaxes it around an NCCL call on a
+// capturing stream, so that a captured operation connects as it would
+// outside the capture.
 
 // relax puts the calling OS thread in CUDA's relaxed capture mode, locking
 // the goroutine to it, and returns the mode to restore with unrelax. ok is

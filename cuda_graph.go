@@ -246,9 +246,8 @@ func (g *Graph) notInstantiated(op string) error {
 //
 // CUDA graphs capture the work enqueued on a stream once, to launch it many
 // times. A launch is one call however many operations the graph holds, which
-// is what makes small collectives fast (docs/performance.md: an 8-byte
-// all-reduce on 2 × H200 took 13.3 µs plain, 5.7 µs from a graph, in
-// nccl-tests 2.19.6 with NCCL 2.28.3).
+// is what makes small collectives fast (nccl-bench -G against plain launches;
+// docs/performance.md).
 //
 // Why thread-local capture. CUDA's capture modes say which *threads* may not
 // make "potentially unsafe" calls (cudaMalloc, synchronous copies, device

@@ -179,13 +179,11 @@ const spinFor = 500 * time.Microsecond
 // the Go scheduler. A goroutine free to move was handed to another thread at
 // nearly every runtime.Gosched (the fakes count the polls made elsewhere:
 // TestNonBlockingLaunchStaysOnItsThread); kept on its thread, each Gosched
-// parks the thread until another one hands the goroutine back, about 20 µs
-// on the 2-vCPU development machine against 0.1 µs for a free goroutine
-// (TestWaitSpinsWithoutParking). A spin that never yields starves
-// NCCL's launch thread where CPUs are few: 1.5 ms per launch on the fakes'
-// 200 µs launches on 2 vCPUs, against 0.65 ms with the kernel's yields. On
-// 4 × H100 (-np 4, 8 bytes) the median launch went from 120.9 to 113.0 µs
-// (docs/performance.md). Where the spinning waits hold every P (GOMAXPROCS=1,
+// parks the thread until another one hands the goroutine back, two orders of
+// magnitude slower than for a free goroutine (TestWaitSpinsWithoutParking). A
+// spin that never yields starves NCCL's launch thread where CPUs are few
+// (BenchmarkNonBlockingAllReduce on the fakes; scripts/bench-nonblocking.sh
+// on GPUs). Where the spinning waits hold every P (GOMAXPROCS=1,
 // or as many ranks waiting at once as Ps), a kernel yield lets no other
 // goroutine run, and the spinners' CPUs are the ones NCCL's launch threads
 // need: there the wait still yields to the Go scheduler, handoff and all

@@ -42,7 +42,7 @@ func (b *bench) checkGraph(count int, inPlace bool) int {
 // (barrier) before launching: VCCL's native ncclAlltoAllv puts into the
 // peers' receive buffers without waiting for them (see Comm.AlltoAllv), so
 // a process still writing its 0xa5 would wipe what a faster peer put there
-// (on 4 × H200, whole blocks wrong at 256 KiB and 8 MiB under -np 4).
+// (whole blocks wrong under -np 4 without the barrier).
 func (b *bench) writeInputs(count int, inPlace bool) [][]uint8 {
 	b.prepare(count)
 	total := b.elems(count)

@@ -16,8 +16,8 @@ import (
 // so times are averaged over every thread of every process, as nccl-tests
 // averages them). With one GPU per thread each GPU's launches, plain or of
 // its graph, come from its own thread, where -g alone launches every GPU's
-// from one: on 4 × H200 that thread's graph launches set the time
-// (docs/performance.md).
+// from one, whose graph launches then set the time (docs/performance.md,
+// "-t 4 -g 1" against "-g 4").
 
 // newBenches makes one bench per thread over consecutive groups of g of
 // comms: all at once where there are several, as a symmetric window's

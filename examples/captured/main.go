@@ -231,8 +231,8 @@ func rank(ctx context.Context, lib *nccl.Library, id nccl.UniqueID, dev, n, r in
 		return t, err
 	}
 	defer g.Destroy()
-	// Uploaded now, the graph's first replay does not upload it (on 4 × H200
-	// a graph of 40 all-reduces: its first launch 74 µs instead of 190).
+	// Uploaded now, the graph's first replay does not upload it, and the
+	// timed replays below measure launches alone.
 	if err := g.Upload(s); err != nil {
 		return t, err
 	}

@@ -36,9 +36,8 @@ type frame struct {
 
 // frame8 is frame for calls of up to 8 arguments, which every stream
 // operation of NCCL is: 80 bytes to clear and 2 stack slots to copy instead
-// of 208 and 18. On the CPU of a 4 × H200 machine it took about 5 ns off a
-// no-op call (42.1 to 36.8 ns against cgo's 34.8) and Comm.AllReduce from 1.28
-// × cgo to 1.23 (docs/perf/h200x4-2026-11-27f). fn at 0, args from 8, result
+// of 208 and 18, which scripts/bench-overhead.sh sees in the no-op call and in
+// Comm.AllReduce against cgo (internal/cgobench). fn at 0, args from 8, result
 // at 72.
 type frame8 struct {
 	fn uintptr
