@@ -17,7 +17,7 @@ import (
 // is refused before C (NCCL would wait inside the first call for the ranks
 // the goroutine has yet to call); a goroutine per rank, however late each
 // starts, and one goroutine after a Group of every rank, are not. The same
-// scenarios run on real NCCL in gpu_arrival_test.go.
+// scenarios run on real NCCL in arrival_gpu_test.go.
 
 func TestArrivalOneGoroutineRefused(t *testing.T) {
 	l := open(t, "v230", nccl.WithArrivalGrace(300*time.Millisecond))

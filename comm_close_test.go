@@ -20,7 +20,7 @@ import (
 
 // Close bounded by its context on the default (blocking) path, where NCCL's
 // ncclCommFinalize would wait inside for work that waits on a dead peer. The
-// scenarios run on the fakes here and on real NCCL in gpu_close_test.go.
+// scenarios run on the fakes here and on real NCCL in comm_close_gpu_test.go.
 
 // closeOpen opens the library a child rank of TestCloseDeadPeer uses: the
 // fakes, unless a GPU build set it to the real library.

@@ -10,7 +10,7 @@ import (
 	"github.com/gonccl/nccl"
 )
 
-// Abort racing groups, on the fakes here and on GPUs in gpu_group_test.go: a
+// Abort racing groups, on the fakes here and on GPUs in group_gpu_test.go: a
 // watchdog aborts every rank's communicator at a random moment while one
 // goroutine runs Groups of all-reduces on all of them (one process driving
 // several GPUs). NCCL frees an aborted communicator at once, also one linked

@@ -14,7 +14,7 @@ import (
 	"github.com/gonccl/nccl"
 )
 
-// Failing groups, on the fakes here and on GPUs in gpu_group_test.go, with one
+// Failing groups, on the fakes here and on GPUs in group_gpu_test.go, with one
 // body: a Group whose function fails must leave nothing behind, on any rank.
 // Each case fails a group after some of its operations were issued, then
 // checks that the failure came out unchanged, that the buffers the failed

@@ -187,28 +187,86 @@ func TestWarmSearchSameAnswer(t *testing.T) {
 	}
 }
 
+// elfFixture is the absolute path of testdata/elf/name (testdata/README.md
+// says what each file is): the search takes absolute paths only.
+func elfFixture(t *testing.T, name string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("testdata", "elf", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// headerFixtures are testdata/elf's two ELF64 headers of a shared object,
+// both claiming two program headers that the 64-byte file does not hold:
+// this architecture's (a truncated library) and the other one's (a library
+// for another architecture).
+func headerFixtures(t *testing.T) (native, foreign string) {
+	t.Helper()
+	x86, arm := elfFixture(t, "header-x86-64.so"), elfFixture(t, "header-aarch64.so")
+	switch runtime.GOARCH {
+	case "amd64":
+		return x86, arm
+	case "arm64":
+		return arm, x86
+	}
+	t.Skipf("no ELF fixture for %s", runtime.GOARCH)
+	return "", ""
+}
+
 func TestNotELF(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "libnccl.so.2")
-	os.WriteFile(p, []byte("#!/bin/sh\necho this is not a library\n"), 0o755)
+	p := elfFixture(t, "not-elf.so")
 	_, err := search(ncclSpec, "", envMap("GONCCL_NCCL_LIB", p))
 	if !errors.Is(err, ErrNotELF) {
 		t.Fatalf("error = %v, want ErrNotELF", err)
 	}
 }
 
+// TestWrongArchitecture: the header for the other architecture is refused as
+// such, before its missing program headers are looked at; the same header
+// for this architecture is not (its verdict is the truncation).
 func TestWrongArchitecture(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(FakeNCCL(t, "default"), "libnccl.so.2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// e_machine is the 16-bit field at offset 18: claim the other architecture.
-	other := map[string]uint16{"amd64": 183 /* EM_AARCH64 */, "arm64": 62 /* EM_X86_64 */}[runtime.GOARCH]
-	b[18], b[19] = byte(other), byte(other>>8)
-	p := filepath.Join(t.TempDir(), "libnccl.so.2")
-	os.WriteFile(p, b, 0o755)
-	_, err = search(ncclSpec, "", envMap("GONCCL_NCCL_LIB", p))
+	native, foreign := headerFixtures(t)
+	_, err := search(ncclSpec, "", envMap("GONCCL_NCCL_LIB", foreign))
 	if !errors.Is(err, ErrWrongArch) {
-		t.Fatalf("error = %v, want ErrWrongArch", err)
+		t.Fatalf("%s: error = %v, want ErrWrongArch", filepath.Base(foreign), err)
+	}
+	_, err = search(ncclSpec, "", envMap("GONCCL_NCCL_LIB", native))
+	if errors.Is(err, ErrWrongArch) || !errors.Is(err, ErrCorruptELF) {
+		t.Fatalf("%s: error = %v, want ErrCorruptELF (this architecture's header)", filepath.Base(native), err)
+	}
+}
+
+// TestOpenRefusesBrokenELF: Open(WithLibrary(path)) of each broken file of
+// testdata/elf fails with the search's typed error naming the file and saying
+// what is wrong, from the checks before dlopen (whose words would be terse,
+// and which would touch the missing program headers).
+func TestOpenRefusesBrokenELF(t *testing.T) {
+	native, foreign := headerFixtures(t)
+	for _, c := range []struct {
+		name, path string
+		want       error
+		words      []string
+	}{
+		{"not ELF", elfFixture(t, "not-elf.so"), ErrNotELF, []string{"no ELF magic"}},
+		{"other architecture", foreign, ErrWrongArch, []string{runtime.GOARCH}},
+		{"truncated", native, ErrCorruptELF, []string{"program header table", "ends past the end of the file (64 bytes)"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l, err := Open(WithLibrary(c.path), WithoutCUDARuntime())
+			if err == nil {
+				l.Close()
+				t.Fatalf("Open(WithLibrary(%s)) succeeded", c.path)
+			}
+			if errors.Is(err, ErrDlopen) {
+				t.Fatalf("%s reached dlopen: %v", c.path, err)
+			}
+			wantFileError(t, err, c.want, c.path, c.words...)
+		})
 	}
 }
 

@@ -20,7 +20,7 @@
 # Child processes: some tests re-execute the test binary (os.Args[0]). An arm64
 # binary cannot start itself on amd64 unless binfmt_misc hands it to qemu, so the
 # children are started through the emulator named by GONCCL_TEST_EMULATOR
-# (fake_test.go), with QEMU_LD_PREFIX naming the arm64 root; no test is skipped
+# (internal/fakes, SelfCommand), with QEMU_LD_PREFIX naming the arm64 root; no test is skipped
 # for it. The only tests allowed to skip are TestRealNCCL*, which need NVIDIA's
 # amd64 libnccl (scripts/test-real-nccl.sh); any other skip fails the run.
 #

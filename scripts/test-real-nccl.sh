@@ -20,7 +20,7 @@
 #     ErrNoDevice; InitRank fails there; ncclCommInitRank (the by-value id call)
 #     and ncclCommInitAll fail inside NCCL with ncclUnhandledCudaError;
 #   - nccl-info's report of the same library.
-# The TestRealNCCL* tests are in realnccl_test.go; every one must pass, none skip.
+# The TestRealNCCL* tests are in nccl_real_test.go; every one must pass, none skip.
 #
 # Environment:
 #   GONCCL_REAL_NCCL_CACHE  folder for the downloaded packages and the unpacked

@@ -546,3 +546,26 @@ func TestGraphLaunchAllocs(t *testing.T) {
 	}
 	s.Synchronize()
 }
+
+// TestZeroGraph: the zero Graph's Launch panicked (a nil *Graph got an
+// argument error). Both count as destroyed graphs, as the zero Comm counts as
+// a closed communicator.
+func TestZeroGraph(t *testing.T) {
+	l := open(t, "default")
+	s, err := l.CUDA().NewStream(0, nccl.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	for _, g := range []*nccl.Graph{new(nccl.Graph), nil} {
+		if err := g.Launch(s); !errors.Is(err, nccl.ErrClosed) {
+			t.Errorf("Launch of %v: %v, want an error matching ErrClosed", g, err)
+		}
+		if err := g.Destroy(); !errors.Is(err, nccl.ErrClosed) {
+			t.Errorf("Destroy of %v: %v, want an error matching ErrClosed", g, err)
+		}
+		if g.Handle() != 0 || g.Device() != 0 {
+			t.Errorf("accessors of %v: %#x, %d", g, g.Handle(), g.Device())
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gonccl/nccl"
+	"github.com/gonccl/nccl/internal/fakes/graphtest"
 )
 
 // TestCaptureSeveralGPUsOneGoroutine: one goroutine driving N GPUs captures
@@ -35,26 +36,26 @@ func TestCaptureSeveralGPUsOneGoroutine(t *testing.T) {
 // nranks GPUs (the fakes' or real ones: TestGPUCaptureSeveralGPUs).
 func captureSeveralGPUs(t *testing.T, l *nccl.Library, nranks int, nested bool) {
 	comms := initComms(t, l, nranks, context.Background(), nil)
-	defer graphCloseComms(t, comms)
+	defer graphtest.CloseComms(t, comms)
 	cu := l.CUDA()
 	const n, launches = 333, 3
-	specs := []arSpec{{nccl.Float64, nccl.Sum}, {nccl.Int64, nccl.Max}}
-	rks := make([]*graphRank, nranks)
+	specs := []graphtest.Spec{{DT: nccl.Float64, Op: nccl.Sum}, {DT: nccl.Int64, Op: nccl.Max}}
+	rks := make([]*graphtest.Rank, nranks)
 	ins := make([][]nccl.Buffer, nranks)
 	outs := make([][]nccl.Buffer, nranks)
 	for r, c := range comms {
-		rk, err := newGraphRank(cu, c, 16*n*len(specs)*launches)
+		rk, err := graphtest.NewRank(cu, c, 16*n*len(specs)*launches)
 		if err != nil {
 			t.Fatal(err)
 		}
 		rks[r] = rk
-		defer rk.free()
+		defer rk.Free()
 		for _, sp := range specs {
-			in, err := rk.alloc(sp.dt, n, 0)
+			in, err := rk.Alloc(sp.DT, n, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := rk.alloc(sp.dt, n, graphSentinel)
+			out, err := rk.Alloc(sp.DT, n, graphtest.Sentinel)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,7 +66,7 @@ func captureSeveralGPUs(t *testing.T, l *nccl.Library, nranks int, nested bool) 
 		return l.Group(func() error {
 			for r, rk := range rks {
 				for k, sp := range specs {
-					if err := rk.c.AllReduce(ins[r][k], outs[r][k], sp.op, rk.s); err != nil {
+					if err := rk.Comm.AllReduce(ins[r][k], outs[r][k], sp.Op, rk.Stream); err != nil {
 						return err
 					}
 				}
@@ -79,8 +80,8 @@ func captureSeveralGPUs(t *testing.T, l *nccl.Library, nranks int, nested bool) 
 			if r == len(rks) {
 				return group()
 			}
-			g, err := cu.Capture(rks[r].s, func() error { return capt(r + 1) })
-			rks[r].g = g
+			g, err := cu.Capture(rks[r].Stream, func() error { return capt(r + 1) })
+			rks[r].Graph = g
 			return err
 		}
 		if err := capt(0); err != nil {
@@ -88,7 +89,7 @@ func captureSeveralGPUs(t *testing.T, l *nccl.Library, nranks int, nested bool) 
 		}
 	} else {
 		for _, rk := range rks {
-			if err := cu.BeginCapture(rk.s); err != nil {
+			if err := cu.BeginCapture(rk.Stream); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -96,16 +97,16 @@ func captureSeveralGPUs(t *testing.T, l *nccl.Library, nranks int, nested bool) 
 			t.Fatal(err)
 		}
 		for r, rk := range rks {
-			g, err := cu.EndCapture(rk.s)
+			g, err := cu.EndCapture(rk.Stream)
 			if err != nil {
 				t.Fatalf("EndCapture of GPU %d: %v", r, err)
 			}
-			rk.g = g
+			rk.Graph = g
 			if r == len(rks)-1 {
 				break
 			}
 			// Captures are still open on this goroutine: not instantiated yet.
-			err = g.Launch(rk.s)
+			err = g.Launch(rk.Stream)
 			if !errors.Is(err, nccl.ErrCapturing) {
 				t.Fatalf("Launch of GPU %d's graph before the last EndCapture: %v, want ErrCapturing", r, err)
 			}
@@ -113,7 +114,7 @@ func captureSeveralGPUs(t *testing.T, l *nccl.Library, nranks int, nested bool) 
 			var ce *nccl.CaptureError
 			open := false
 			for _, later := range rks[r+1:] {
-				open = open || errors.As(err, &ce) && ce.Stream == later.s.Handle() && ce.Device == later.c.Device()
+				open = open || errors.As(err, &ce) && ce.Stream == later.Stream.Handle() && ce.Device == later.Comm.Device()
 			}
 			if !open {
 				t.Fatalf("Launch of GPU %d's waiting graph: %v does not name a capture still open", r, err)
@@ -121,14 +122,14 @@ func captureSeveralGPUs(t *testing.T, l *nccl.Library, nranks int, nested bool) 
 		}
 	}
 	for r, rk := range rks {
-		if rk.g == nil || rk.g.Handle() == 0 {
+		if rk.Graph == nil || rk.Graph.Handle() == 0 {
 			t.Fatalf("GPU %d's graph was not instantiated after the last capture ended", r)
 		}
-		if err := rk.sync(); err != nil {
+		if err := rk.Sync(); err != nil {
 			t.Fatal(err)
 		}
 		for _, out := range outs[r] {
-			if err := graphUntouched(out, graphSentinel); err != nil {
+			if err := graphtest.Untouched(out, graphtest.Sentinel); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -137,20 +138,20 @@ func captureSeveralGPUs(t *testing.T, l *nccl.Library, nranks int, nested bool) 
 	for launch := range launches {
 		for r, rk := range rks {
 			for k, sp := range specs {
-				if err := rk.put(ins[r][k], genData(sp.dt, n, graphSeed(base, r, launch, k))); err != nil {
+				if err := rk.Put(ins[r][k], graphtest.GenData(sp.DT, n, graphtest.Seed(base, r, launch, k))); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
 		for r, rk := range rks { // graph launches of one collective, one goroutine: no group needed
-			if err := rk.g.Launch(rk.s); err != nil {
+			if err := rk.Graph.Launch(rk.Stream); err != nil {
 				t.Fatalf("launch %d on GPU %d: %v", launch, r, err)
 			}
 		}
 		got := make([][][]byte, len(rks))
 		for r, rk := range rks {
 			for k := range specs {
-				b, err := rk.get(outs[r][k])
+				b, err := rk.Get(outs[r][k])
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -158,16 +159,16 @@ func captureSeveralGPUs(t *testing.T, l *nccl.Library, nranks int, nested bool) 
 			}
 		}
 		for r, rk := range rks {
-			if err := rk.sync(); err != nil {
+			if err := rk.Sync(); err != nil {
 				t.Fatal(err)
 			}
 			for k, sp := range specs {
 				all := make([][]byte, len(rks))
 				for p := range rks {
-					all[p] = genData(sp.dt, n, graphSeed(base, p, launch, k))
+					all[p] = graphtest.GenData(sp.DT, n, graphtest.Seed(base, p, launch, k))
 				}
-				if err := sameData(sp.dt, got[r][k], reduceRef(sp.dt, sp.op, all)); err != nil {
-					t.Fatalf("launch %d, GPU %d, all-reduce %d (%v, %v): %v", launch, r, k, sp.dt, sp.op, err)
+				if err := graphtest.SameData(sp.DT, got[r][k], graphtest.ReduceRef(sp.DT, sp.Op, all)); err != nil {
+					t.Fatalf("launch %d, GPU %d, all-reduce %d (%v, %v): %v", launch, r, k, sp.DT, sp.Op, err)
 				}
 			}
 		}

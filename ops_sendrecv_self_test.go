@@ -94,7 +94,7 @@ func selfPair(t *testing.T, rk rank, src, dst nccl.Buffer, want []int32) {
 }
 
 // selfOpen opens the library of the Send/Recv-to-self tests: the fakes, or
-// real NCCL in a GPU build (gpu_sendrecv_self_test.go).
+// real NCCL in a GPU build (ops_sendrecv_self_gpu_test.go).
 var selfOpen = func(t *testing.T) *nccl.Library { return open(t, "default") }
 
 // TestSendRecvSelfOutsideGroup: a Send to the communicator's own rank outside
