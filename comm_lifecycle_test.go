@@ -516,8 +516,8 @@ func TestLifecycleErrorInGroupDiscards(t *testing.T) {
 
 // Buffer copies, memsets and frees ran on whatever device the calling thread
 // had current: with one goroutine per GPU and blocking streams, rank 1's copy
-// queued behind rank 0's collective, which waited for rank 1 (deadlock in 3 of
-// 3 runs on 2xH200 and on the fakes).
+// queued behind rank 0's collective, which waited for rank 1 (a deadlock, on
+// GPUs and on the fakes).
 func TestLifecycleCopiesRunOnTheBuffersDevice(t *testing.T) {
 	l := lcOpen(t)
 	cu := l.CUDA()

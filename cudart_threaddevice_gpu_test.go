@@ -15,8 +15,8 @@ import (
 // real CUDA runtime and NCCL: a process on GPU 1 alone, every step on a fresh
 // OS thread (streams, memory, init, a launch, a group, a capture and its
 // graph's launch, close), and after each the driver must report a primary
-// context on device 1 only. Before the guard, each process of nccl-bench
-// -np 4 off GPU 0 held about 525 MiB there (4 × H200).
+// context on device 1 only. Without the guard, each process of nccl-bench
+// -np 4 off GPU 0 holds a context of hundreds of MiB there.
 func TestGPUNoContextOnDeviceZero(t *testing.T) {
 	l, _ := openReal(t)
 	if n, err := l.CUDA().DeviceCount(); err != nil || n < 2 {

@@ -19,9 +19,9 @@ import (
 // (which read as device 0 to CUDA) and NCCL saves and restores the caller's
 // device around a launch. The fake CUDA runtime makes contexts as CUDA >= 12
 // does (cudaSetDevice, and the first call that needs one on a thread without
-// a device) and the fake NCCL restores the device as group.cc does. On 4 ×
-// H200 before the guard, every process of nccl-bench -np 4 off GPU 0 held a
-// context of about 525 MiB there. In a child process: contexts are per
+// a device) and the fake NCCL restores the device as group.cc does. Without
+// the guard, every process of nccl-bench -np 4 off GPU 0 holds a context
+// there (TestGPUNoContextOnDeviceZero). In a child process: contexts are per
 // process.
 func TestNoContextOnDeviceZero(t *testing.T) {
 	for _, mode := range []string{"blocking", "nonblocking"} {

@@ -67,12 +67,10 @@ func TestNonBlockingOpAllocs(t *testing.T) {
 
 // TestNonBlockingLaunchStaysOnItsThread: a non-blocking launch and the polls
 // that wait it out run on one OS thread. A goroutine free to move was handed
-// to another thread at its yields between polls (33 000 to 39 600 polls
-// elsewhere in 200 launches, 5 runs) and, with only the wait kept on its
-// thread, still after the launch's C call, whenever the runtime had given
-// its P away (171 to 503 in 8 runs). On 4 × H100 (-np 4, 8 bytes) launches cost a
-// median of 126.7 µs free to move, 92.0 µs kept on their thread, and 81.0 µs
-// from C.
+// to another thread at its yields between polls and, with only the wait kept
+// on its thread, still after the launch's C call, whenever the runtime had
+// given its P away; on GPUs the handoffs cost a large share of a launch
+// (scripts/bench-nonblocking.sh against the same program in C).
 // The fake counts the polls of a launch made from another thread than the
 // launch call's (fakenccl_polls_elsewhere); its launch thread is slowed so
 // that each wait polls many times, with other goroutines runnable. Two

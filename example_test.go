@@ -194,9 +194,8 @@ func ExampleGraph_Upload() {
 
 // One process driving several GPUs from CUDA graphs: a goroutine per GPU,
 // locked to its thread, captures its rank's step into a graph and replays it,
-// so that no one thread launches every GPU's graphs (on 4 × H200, 3.60 µs per
-// 8-byte all-reduce with symmetric buffers, as nccl-tests' -t 4, against about
-// 7 from one thread: docs/performance.md). A first
+// so that no one thread launches every GPU's graphs (nccl-bench's -t 4 -g 1
+// against -g 4 measures the difference: docs/performance.md). A first
 // step runs in one group before the captures: NCCL connects the ranks at an
 // operation's first use, which needs every rank at once.
 func ExampleGraph_Launch() {

@@ -12,8 +12,8 @@ import (
 
 // TestBlockingInitByDefault: a context with a deadline no longer makes the
 // communicator non-blocking (NCCL launches a non-blocking communicator's
-// operations from a thread it starts for each: 64 to 114 µs per small
-// all-reduce on 2 × H100 against 9 to 14 µs blocking). The ranks come out
+// operations from a thread it starts for each, several times slower for a
+// small all-reduce: scripts/bench-nonblocking.sh). The ranks come out
 // blocking, and an all-reduce of random data is checked in every element.
 func TestBlockingInitByDefault(t *testing.T) {
 	l := open(t, "default")

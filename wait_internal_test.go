@@ -25,9 +25,9 @@ func doneAfter(d time.Duration) func() (bool, error) {
 // TestWaitSpinsWithoutParking: while a wait spins, with a P to spare, its OS
 // thread does not park. The wait used to call runtime.Gosched every 16th
 // poll, which for a goroutine locked to its thread parks the thread until
-// another hands the goroutine back (about 20 µs); the kernel counts each park
-// as a voluntary context switch of the thread (getrusage RUSAGE_THREAD): 490
-// to 770 in 100 waits of 300 µs before, 0 to 2 on a quiet machine after (a
+// another hands the goroutine back; the kernel counts each park as a
+// voluntary context switch of the thread (getrusage RUSAGE_THREAD): hundreds
+// in 100 waits before, a few at most on a quiet machine after (a
 // kernel yield is an involuntary one; the runtime's preemption of a goroutine
 // that runs on parks it). Only waits that ended within spinFor count: a
 // longer one, on a machine too busy to give the thread its CPU, slept. The
