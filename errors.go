@@ -264,19 +264,24 @@ func nilContext(method string) error {
 // may too.
 type (
 	// LoadError reports a library that could not be loaded, with the whole
-	// search.
+	// search: Library ("libnccl" or "libcudart"), Trace (every candidate
+	// tried, as []Attempt), Err (the reason: ErrNotFound, ErrNotELF, a
+	// *FileError, ...) and Hint (what to set or install). Its Error() prints
+	// the reason, one line per attempt, and the hint.
 	LoadError = load.LoadError
 	// FileError is a candidate file the search could not examine (a
 	// permission problem: errors.Is(err, fs.ErrPermission)) or refused
 	// before dlopen: Err wraps ErrNotRegular, ErrCorruptELF, ErrNotELF,
 	// ErrWrongArch, ErrNotFound, the system's error, or the *Error of a
-	// failed ncclGetVersion.
+	// failed ncclGetVersion. Fields: Path, Err.
 	FileError = load.FileError
 	// VersionError is a library whose ncclGetVersion answers a code that
-	// decodes to no NCCL release. It matches ErrBadVersion.
+	// decodes to no NCCL release (not positive, or a major version other
+	// than 2 or 3). It matches ErrBadVersion. Fields: Path, Code (the raw
+	// code ncclGetVersion wrote).
 	VersionError = load.VersionError
 	// MissingSymbolError is a required function absent from the library
-	// file. It matches ErrMissingSymbol.
+	// file. It matches ErrMissingSymbol. Fields: Symbol (the C name), Path.
 	MissingSymbolError = load.MissingSymbolError
 )
 
