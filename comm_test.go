@@ -1330,3 +1330,20 @@ func TestCopyInComplete(t *testing.T) {
 		t.Errorf("a raw pageable cudaMemcpy was complete %d times of 20: the fake no longer models CUDA's staged copy", 20-stale)
 	}
 }
+
+// TestOpenReadsVersionOnce: Open reads NCCL's version once, in the search's
+// check of the candidate, and keeps what it read.
+func TestOpenReadsVersionOnce(t *testing.T) {
+	l := lcOpen(t)
+	defer l.Close()
+	reads := fakeFn(t, l, "fakenccl_version_reads")
+	before := ccall.Call(reads)
+	l2, err := nccl.Open(nccl.WithLibrary(l.Path), nccl.WithoutCUDARuntime())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if n := ccall.Call(reads) - before; n != 1 || l2.Version() != l.Version() {
+		t.Fatalf("Open read the version %d times (version %v, want %v); want once", n, l2.Version(), l.Version())
+	}
+}

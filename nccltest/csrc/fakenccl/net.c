@@ -33,11 +33,17 @@ API const char* ncclGetErrorString(ncclResult_t r) {
 
 API const char* ncclGetLastError(void* comm) { return last_error; }
 
+static long version_reads; /* ncclGetVersion calls that wrote a version */
+
 API ncclResult_t ncclGetVersion(int* v) {
     if (!v) return fail(ncclInvalidArgument, "ncclGetVersion: version is NULL");
     *v = VERSION_CODE;
+    __atomic_add_fetch(&version_reads, 1, __ATOMIC_RELAXED);
     return ncclSuccess;
 }
+
+/* For tests: how often the version was read (gonccl's Open reads it once). */
+API long fakenccl_version_reads(void) { return __atomic_load_n(&version_reads, __ATOMIC_RELAXED); }
 
 /* ---- loopback TCP: addresses, sockets, messages ---- */
 
