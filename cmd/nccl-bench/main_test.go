@@ -868,8 +868,8 @@ func TestCommandReplot(t *testing.T) {
 // barrier (an NCCL all-reduce of one float64) runs once before the warm-up,
 // where nccl-tests calls MPI_Barrier. The first all-reduce of that kind
 // connects NCCL's paths for it; made at the first size's barrier instead, it
-// left that size 0.5 µs slower with -R 2 -G and 5 µs with -R 2 at 32 MiB on
-// 4 × H100 (docs/performance.md). NCCL's COLL lines (NCCL_DEBUG=INFO,
+// left that size slower with -R 2 -G on 4 × H100 (docs/performance.md, "The
+// first size of a sweep"). NCCL's COLL lines (NCCL_DEBUG=INFO,
 // NCCL_DEBUG_SUBSYS=COLL), which the fake writes as NCCL does, give each
 // process's operations in order; other subsystem lists write none.
 func TestCommandBarrierBeforeWarmUp(t *testing.T) {
