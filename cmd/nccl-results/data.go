@@ -196,17 +196,12 @@ next:
 }
 
 // Filters for Get.
-func op(name string) func(*Run) bool   { return func(r *Run) bool { return r.Op == name } }
-func layout(l string) func(*Run) bool  { return func(r *Run) bool { return r.Layout() == l } }
-func mode(m string) func(*Run) bool    { return func(r *Run) bool { return r.Mode() == m } }
-func host(h string) func(*Run) bool    { return func(r *Run) bool { return r.Host == h } }
-func iters(n int) func(*Run) bool      { return func(r *Run) bool { return r.Iters == n } }
-func variant(v string) func(*Run) bool { return func(r *Run) bool { return r.Variant == v } }
-func program(p string) func(*Run) bool { return func(r *Run) bool { return r.Program == p } }
+func layout(l string) func(*Run) bool { return func(r *Run) bool { return r.Layout() == l } }
+func mode(m string) func(*Run) bool   { return func(r *Run) bool { return r.Mode() == m } }
+func host(h string) func(*Run) bool   { return func(r *Run) bool { return r.Host == h } }
 func blocking(b bool) func(*Run) bool {
 	return func(r *Run) bool { return (r.Blocking == nil || *r.Blocking) == b }
 }
-func statistic(s string) func(*Run) bool { return func(r *Run) bool { return r.Statistic == s } }
 
 // hosts is the hosts of runs in the order they first appear.
 func hosts(runs []Run) []string {
