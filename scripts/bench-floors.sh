@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # On a GPU machine: where the two floors of small-operation times come from.
 #
-# With one process driving two GPUs, an 8-byte all_reduce takes about 12 us in
-# some runs and about 17 us in others, in nccl-tests and in nccl-bench alike
-# (docs/performance.md). This runs nccl-tests' all_reduce at 8 bytes RUNS times
-# in each of several settings and prints each run's time, so that the settings
-# that make the floor move can be seen:
+# With one process driving two GPUs, a plainly launched 8-byte all_reduce lands
+# on a faster floor in some runs and a slower one in others, in nccl-tests and
+# in nccl-bench alike (docs/performance.md). This runs nccl-tests' all_reduce
+# at 8 bytes RUNS times in each of several settings and prints each run's time,
+# so that the settings that make the floor move can be seen:
 #
 #   - CPU placement: no taskset; four CPUs; two CPUs that are SMT siblings of
 #     one core; two CPUs on different cores (the pairs from lscpu);

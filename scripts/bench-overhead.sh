@@ -7,11 +7,25 @@
 #     Comm.AllReduce, against the same four calls made from C (one cgo call);
 #   - Open: nccl.Open against a C program's dlopen + dlsym of the same symbols.
 # Medians of COUNT runs (default 5). The last line is the summary.
+# ROUNDS=N runs the whole set N times in turn (each benchmark COUNT times per
+# round), so that a ratio's two sides ran close together. RAW=FILE keeps every
+# result in Go's benchmark format, after the lines "machine: $MACHINE",
+# "measured: <date>" and "commit: <HEAD>"; docs/results/cpu-callcost.txt is
+# one, from which go run ./cmd/nccl-results renders docs/call-cost.md's tables:
+#   ROUNDS=8 COUNT=1 MACHINE="2-vCPU VM" RAW=docs/results/cpu-callcost.txt scripts/bench-overhead.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${COUNT:-5}
-out=$(CGO_ENABLED=1 go test -run '^$' -bench . -benchmem -count "$count" ./internal/cgobench/)
+rounds=${ROUNDS:-1}
+bin=$(mktemp -d)/cgobench.test
+CGO_ENABLED=1 go test -c -o "$bin" ./internal/cgobench/
+out=$(cd internal/cgobench && for _ in $(seq "$rounds"); do "$bin" -test.run '^$' -test.bench . -test.benchmem -test.count "$count"; done)
+rm -rf "$(dirname "$bin")"
 echo "$out" | grep '^Benchmark'
+if [ -n "${RAW:-}" ]; then
+  { echo "machine: ${MACHINE:-$(hostname)}"; echo "measured: $(date -u +%F)"; echo "commit: $(git rev-parse --short HEAD)"
+    echo "$out" | grep -E '^(goos|goarch|pkg|cpu):' | awk '!seen[$0]++'; echo "$out" | grep '^Benchmark'; } >"$RAW"
+fi
 median() { # benchmark name, column after which the value stands ("ns/op" or "allocs/op")
   echo "$out" | awk -v b="^Benchmark$1-" -v unit="$2" '$1 ~ b { for (i = 2; i <= NF; i++) if ($(i) == unit) print $(i-1) }' |
     sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'

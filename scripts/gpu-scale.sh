@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14, four and eight GPUs: gonccl's GPU tests, every example with N ranks
+# Four and eight GPUs: gonccl's GPU tests, every example with N ranks
 # and nccl-bench against nccl-tests with N GPUs, on a machine with N GPUs
 # (4 or 8) and NCCL, from binaries built elsewhere (the GPU machine needs no Go):
 #

@@ -68,7 +68,9 @@
 //
 // The header's first two lines name the NCCL and the CUDA runtime loaded: the
 // version, the file and what found it (an option, GONCCL_NCCL_LIB, the system
-// loader, ...); -json carries "nccl", "nccl_path", "cudart" and "cudart_path".
+// loader, ...); -json carries "nccl", "nccl_path", "cudart" and "cudart_path",
+// and "program": "nccl-bench" (cmd/nccl-results keeps runs of both programs
+// in this schema).
 //
 // -plot FILE draws the run's out-of-place busbw against size as an SVG
 // (-overlay a saved nccl-tests output beside it). -plot FILE -replot

@@ -868,8 +868,8 @@ func TestCommandReplot(t *testing.T) {
 // barrier (an NCCL all-reduce of one float64) runs once before the warm-up,
 // where nccl-tests calls MPI_Barrier. The first all-reduce of that kind
 // connects NCCL's paths for it; made at the first size's barrier instead, it
-// leaves that size slower than nccl-tests' (scripts/bench-vs-nccl-tests.sh).
-// NCCL's COLL lines (NCCL_DEBUG=INFO,
+// leaves that size slower than nccl-tests' (docs/performance.md, "The first
+// size of a sweep"). NCCL's COLL lines (NCCL_DEBUG=INFO,
 // NCCL_DEBUG_SUBSYS=COLL), which the fake writes as NCCL does, give each
 // process's operations in order; other subsystem lists write none.
 func TestCommandBarrierBeforeWarmUp(t *testing.T) {

@@ -186,7 +186,7 @@ func (p *report) end() error {
 		_, err := fmt.Fprintf(p.w, "# Out of bounds values : %d %s\n# Avg bus bandwidth    : %g \n#\n", p.failed, verdict, avg)
 		return err
 	}
-	doc := map[string]any{"op": p.op, "nccl": p.lib.Version().String(), "ranks": p.ranks,
+	doc := map[string]any{"program": "nccl-bench", "op": p.op, "nccl": p.lib.Version().String(), "ranks": p.ranks,
 		"processes": p.job.Size, "threads_per_process": p.threads, "gpus_per_thread": p.gpus, "gpus_per_process": p.threads * p.gpus, "rows": p.rows, "avg_busbw": avg,
 		"warmup_iters": p.warm, "iterations": p.iters, "validation": p.check,
 		"graph": p.graphs, "local_register": p.register, "report_cputime": p.cpuTime, "register": registerNames[p.register], "allocator": p.alloc}
