@@ -13,9 +13,8 @@
  * thread's current CUDA device (debug.cc asks cudaGetDevice), not the
  * communicator's. opCount is comm->opCount, which only ncclProxyStart
  * advances, for launches that posted work to NCCL's proxy thread: none
- * within one node over NVLink, where 2.28.3 printed 0 for every operation on
- * 4 x H100 (docs/perf/h100x4-2026-11-27c/coll-lines.txt). The fake has no
- * proxy: 0. */
+ * within one node over NVLink, where NCCL 2.28.3 prints 0 for every
+ * operation. The fake has no proxy: 0. */
 
 static pthread_once_t debug_once = PTHREAD_ONCE_INIT;
 static FILE* debug_file; /* NULL: no COLL lines */
