@@ -134,6 +134,12 @@ const (
 	t4g1Tests   = "h200x4-nccl2.28.3-t4g1-nccl-tests.json"
 	gBench      = "h200x4-nccl2.28.3-g-nccl-bench.json"
 	gTests      = "h200x4-nccl2.28.3-g-nccl-tests.json"
+	t2g1Bench   = "h200x2-nccl2.28.3-t2g1-nccl-bench.json"
+	t2g1Tests   = "h200x2-nccl2.28.3-t2g1-nccl-tests.json"
+	g2Bench     = "h200x2-nccl2.28.3-g2-nccl-bench.json"
+	g2Tests     = "h200x2-nccl2.28.3-g2-nccl-tests.json"
+	bw2Bench    = "h200x2-nccl2.28.3-bw-nccl-bench.json"
+	bw2Tests    = "h200x2-nccl2.28.3-bw-nccl-tests.json"
 	modesBench  = "h100x4-nccl2.28.3-modes-nccl-bench.json"
 	modesTests  = "h100x4-nccl2.28.3-modes-nccl-tests.json"
 	npBench     = "h100x4-nccl2.28.3-np-symgraph-nccl-bench.json"
@@ -218,27 +224,31 @@ func diffCell(d []float64) string {
 	return fmt.Sprintf("%s (%.2f) | %s", sgn(mean(d)), stderr(d), sgn(median(d)))
 }
 
-// threadPerGPUBlock: -t 4 -g 1, each mode and host, 8 B.
+// threadPerGPUBlock: -t N -g 1, each machine, mode and host, 8 B.
 func threadPerGPUBlock(res Results, _ BenchSets) string {
-	bench, tests := res.Get(t4g1Bench), res.Get(t4g1Tests)
-	key := func(r *Run) string { return fmt.Sprintf("%s|%s|%d", r.Mode(), r.Host, r.Iters) }
-	keys, by := groupBy(bench, key)
-	_, tby := groupBy(tests, key)
 	var b strings.Builder
-	b.WriteString("| mode | host | `-n` | rounds | nccl-tests µs | nccl-bench µs | nccl-bench − nccl-tests: mean (se) | median |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
-	for _, k := range keys {
-		r := by[k][0]
-		p := pair(tby[k], by[k], 8)
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s |\n", code(r.Mode()), r.Host, r.Iters, len(p.diff), f2(median(p.tests)), f2(median(p.bench)), diffCell(p.diff))
+	b.WriteString("| GPUs | mode | host | `-n` | rounds | nccl-tests µs | nccl-bench µs | nccl-bench − nccl-tests: mean (se) | median |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, f := range [][2]string{{t4g1Bench, t4g1Tests}, {t2g1Bench, t2g1Tests}} {
+		bench, tests := res.Get(f[0]), res.Get(f[1])
+		key := func(r *Run) string { return fmt.Sprintf("%s|%s|%d", r.Mode(), r.Host, r.Iters) }
+		keys, by := groupBy(bench, key)
+		_, tby := groupBy(tests, key)
+		for _, k := range keys {
+			r := by[k][0]
+			p := pair(tby[k], by[k], 8)
+			fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %s | %s | %s |\n", r.Machine, code(r.Mode()), r.Host, r.Iters, len(p.diff), f2(median(p.tests)), f2(median(p.bench)), diffCell(p.diff))
+		}
 	}
 	return b.String()
 }
 
-// oneThreadBlock: -g N -R 2 -G 10 from one thread, each host, 8 B, and the
-// hosts' differences pooled (weighted by 1/se²) per layout.
+// oneThreadBlock: -g N from one thread, each host, 8 B, and the hosts'
+// differences pooled (weighted by 1/se²) per layout: -R 2 -G 10 on 4 × H200,
+// every mode on 2 × H200.
 func oneThreadBlock(res Results, _ BenchSets) string {
-	bench, tests := res.Get(gBench), res.Get(gTests)
-	key := func(r *Run) string { return r.Layout() + "|" + r.Host + "|" + r.Variant }
+	bench := append(res.Get(gBench), res.Get(g2Bench)...)
+	tests := append(res.Get(gTests), res.Get(g2Tests)...)
+	key := func(r *Run) string { return r.Layout() + "|" + r.Mode() + "|" + r.Host + "|" + r.Variant }
 	keys, by := groupBy(bench, key)
 	_, tby := groupBy(tests, key)
 	var b strings.Builder
@@ -254,10 +264,11 @@ func oneThreadBlock(res Results, _ BenchSets) string {
 			h += " (" + r.Variant + ")"
 		}
 		fmt.Fprintf(&b, "| `%s %s` | %s | %d | %s | %s | %s |\n", r.Layout(), r.Mode(), h, len(p.diff), f2(median(p.tests)), f2(median(p.bench)), diffCell(p.diff))
-		if _, ok := pooled[r.Layout()]; !ok {
-			layouts = append(layouts, r.Layout())
+		lm := r.Layout() + " " + r.Mode()
+		if _, ok := pooled[lm]; !ok {
+			layouts = append(layouts, lm)
 		}
-		pooled[r.Layout()] = append(pooled[r.Layout()], est{mean(p.diff), stderr(p.diff)})
+		pooled[lm] = append(pooled[lm], est{mean(p.diff), stderr(p.diff)})
 	}
 	for _, l := range layouts {
 		if len(pooled[l]) < 2 {
@@ -530,6 +541,10 @@ func standingBlock(res Results, bench BenchSets) string {
 	}
 	fmt.Fprintf(&b, "- **One thread driving 4 GPUs** (`-g 4 -R 2 -G 10`, 4 × H200): nccl-bench %s µs over nccl-tests per host (mean of the rounds), at %s µs per operation against nccl-tests' %s; both programs take %s times as long as with a thread per GPU. This gap is not closed.\n",
 		spanOf(d, sgn), spanOf(bm, f2), spanOf(tm, f2), spanOf(times, func(v float64) string { return fmt.Sprintf("%.1f", v) }))
+	if g2 := pair(res.Get(g2Tests, mode("-R 2 -G 10")), res.Get(g2Bench, mode("-R 2 -G 10")), 8); len(g2.diff) > 0 {
+		fmt.Fprintf(&b, "- **One thread driving 2 GPUs** (`-g 2 -R 2 -G 10`, 2 × H200): nccl-bench %s µs, nccl-tests %s µs (medians of %d rounds; difference %s, se %.2f).\n",
+			f2(median(g2.bench)), f2(median(g2.tests)), len(g2.diff), sgn(mean(g2.diff)), stderr(g2.diff))
+	}
 	np := comparisons(res, npBench, npTests)
 	fmt.Fprintf(&b, "- **One process per GPU** (`-np 2`, `-np 4`, 4 × H100), 8 B from a graph over symmetric buffers: nccl-bench %s and %s µs, nccl-tests %s and %s µs.\n",
 		f2(us(&np[0].bench, 8)), f2(us(&np[1].bench, 8)), f2(us(&np[0].tests, 8)), f2(us(&np[1].tests, 8)))
@@ -538,6 +553,14 @@ func standingBlock(res Results, bench BenchSets) string {
 		large = append(large, c.large()...)
 	}
 	fmt.Fprintf(&b, "- **Bus bandwidth from 1 MiB up**, all_reduce in every layout and mode (4 × H100): %s of nccl-tests'.\n", spanOf(large, ratio))
+	if bw := res.Get(bw2Bench); len(bw) > 0 {
+		var large2 []float64
+		for _, size := range sizes(bw) {
+			p := pair(res.Get(bw2Tests), bw, size)
+			large2 = append(large2, median(p.tests)/median(p.bench))
+		}
+		fmt.Fprintf(&b, "- **Bus bandwidth, 1 to 64 MiB** (`-t 2 -g 1`, 2 × H200, plain all_reduce): %s of nccl-tests' (medians of %d rounds per size).\n", spanOf(large2, ratio), len(bw))
+	}
 	if s := bench.Get("cpu-callcost.txt"); s != nil {
 		fmt.Fprintf(&b, "- **One call** (`Comm.AllReduce`, CPU only): %s × the same call through cgo, 0 allocations ([call-cost.md](call-cost.md)).\n",
 			f2(median(s.ratios("AllReduceGonccl", "AllReduceCgo"))))
