@@ -71,7 +71,9 @@ type Job struct {
 	// rendezvous and with --rdzv-backend=c10d). "" otherwise.
 	StoreAddr string
 	// CommID is where NCCL's own bootstrap can meet: NCCL_COMM_ID, or
-	// MASTER_ADDR:MASTER_PORT when no store serves there. "" when neither.
+	// MASTER_ADDR:MASTER_PORT when no store serves there, or under srun the
+	// step's first node (where task 0 runs) with a port derived from the
+	// job and step ids (SlurmPort). "" when none of them.
 	CommID string
 
 	// SharedGPUs is whether NCCL may place several ranks on one GPU
@@ -172,6 +174,12 @@ func DetectWith(o Options) (Job, error) {
 	if id := env("GONCCL_RUN_ID"); id != "" {
 		j.RunID = id
 	}
+	slurmCommID := ""
+	if j.Launcher == Slurm && j.RootHost != "" {
+		if port, ok := SlurmPort(env("SLURM_JOB_ID"), first(env, "SLURM_STEP_ID", "SLURM_STEPID")); ok {
+			slurmCommID = net.JoinHostPort(j.RootHost, strconv.Itoa(port))
+		}
+	}
 	j.CommID = env("NCCL_COMM_ID")
 	j.SharedGPUs = env("NCCL_MULTI_RANK_GPU_ENABLE") == "1"
 	addr, port := env("MASTER_ADDR"), env("MASTER_PORT")
@@ -186,7 +194,26 @@ func DetectWith(o Options) (Job, error) {
 			j.CommID = hp
 		}
 	}
+	if j.CommID == "" {
+		j.CommID = slurmCommID
+	}
 	return j, nil
+}
+
+// SlurmPort is the port an srun step's ranks meet at when nothing else names
+// one: 15000 to 24999, below Linux's ephemeral ports (32768 and up), from
+// the job id and the step id, so that the steps of one job (up to 8 at once)
+// and jobs with other ids on the same node do not collide. PyTorch
+// Lightning's Slurm environment derives its MASTER_PORT from the job id the
+// same way. ok is false where either id is not a decimal number (a batch
+// script's "batch" step).
+func SlurmPort(jobID, stepID string) (port int, ok bool) {
+	job, err1 := strconv.ParseUint(jobID, 10, 64)
+	step, err2 := strconv.ParseUint(stepID, 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return 15000 + int((job%1250)*8+step%8), true
 }
 
 func (j *Job) fromOptions(o Options) error {

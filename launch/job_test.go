@@ -2,7 +2,9 @@ package launch
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -56,7 +58,7 @@ func TestDetectLaunchers(t *testing.T) {
 			"SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_STEP_NODELIST": "gpu[07-08]", "SLURM_JOB_NODELIST": "gpu[07-09]",
 			"SLURM_STEP_TASKS_PER_NODE": "4,2", "SLURMD_NODENAME": "gpu08", "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0"},
 			Job{Rank: 5, Size: 6, LocalRank: 1, LocalSize: 2, Node: 1, NodeName: "gpu08", Nodes: []string{"gpu07", "gpu08"},
-				RootHost: "gpu07", Launcher: Slurm, RunID: "4242.0"}},
+				RootHost: "gpu07", Launcher: Slurm, RunID: "4242.0", CommID: "gpu07:18936"}},
 		{"srun, no local id", map[string]string{"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2"},
 			Job{Rank: 1, Size: 2, LocalRank: 1, Node: -1, Launcher: Slurm}},
 		{"a Slurm batch script, outside srun", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "1"},
@@ -80,16 +82,6 @@ func TestDetectLaunchers(t *testing.T) {
 func TestDetectPrecedence(t *testing.T) {
 	slurm := map[string]string{"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
 		"SLURM_STEP_NODELIST": "n[1-2]", "SLURM_JOB_ID": "9", "SLURM_STEP_ID": "0"}
-	with := func(m map[string]string, extra map[string]string) map[string]string {
-		out := map[string]string{}
-		for k, v := range m {
-			out[k] = v
-		}
-		for k, v := range extra {
-			out[k] = v
-		}
-		return out
-	}
 	for _, c := range []struct {
 		name string
 		env  map[string]string
@@ -218,4 +210,60 @@ func TestJobDevice(t *testing.T) {
 			t.Errorf("local rank %d of %d GPUs (shared %q): %d, %v; want %d", tc.local, tc.visible, tc.shared, got, err, tc.want)
 		}
 	}
+}
+
+// TestSlurmCommID: under srun with a node list and numeric job and step ids,
+// the ranks meet at the step's first node on a port of the ids (SlurmPort),
+// with nothing set by hand; NCCL_COMM_ID and MASTER_ADDR:MASTER_PORT win
+// where set; without a usable id or node list there is none.
+func TestSlurmCommID(t *testing.T) {
+	step := map[string]string{"SLURM_PROCID": "2", "SLURM_STEP_NUM_TASKS": "4", "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
+		"SLURM_STEP_NODELIST": "gpu[1-2]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURMD_NODENAME": "gpu2",
+		"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "3"}
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"srun -N 2", step, "gpu1:15619"},
+		{"Slurm's older SLURM_STEPID", with(step, map[string]string{"SLURM_STEP_ID": "", "SLURM_STEPID": "3"}), "gpu1:15619"},
+		{"NCCL_COMM_ID wins", with(step, map[string]string{"NCCL_COMM_ID": "10.0.0.1:4000"}), "10.0.0.1:4000"},
+		{"MASTER_ADDR:MASTER_PORT win", with(step, map[string]string{"MASTER_ADDR": "10.0.0.2", "MASTER_PORT": "4001"}), "10.0.0.2:4001"},
+		{"a step that is no number", with(step, map[string]string{"SLURM_STEP_ID": "batch"}), ""},
+		{"no job id", with(step, map[string]string{"SLURM_JOB_ID": ""}), ""},
+		{"no node list", with(step, map[string]string{"SLURM_STEP_NODELIST": "", "SLURM_NODEID": ""}), ""},
+	} {
+		j, err := detectEnv(c.env)
+		if err != nil || j.CommID != c.want {
+			t.Errorf("%s: CommID %q, %v; want %q", c.name, j.CommID, err, c.want)
+		}
+	}
+	seen := map[int]string{}
+	for job := range 3000 {
+		for s := range 8 {
+			p, ok := SlurmPort(strconv.Itoa(job), strconv.Itoa(s))
+			if !ok || p < 15000 || p >= 25000 {
+				t.Fatalf("SlurmPort(%d, %d) = %d, %v; want 15000 to 24999", job, s, p, ok)
+			}
+			if prev, dup := seen[p]; dup && job < 1250 {
+				t.Fatalf("SlurmPort(%d, %d) = %d, as %s", job, s, p, prev)
+			}
+			seen[p] = fmt.Sprint(job, ".", s)
+		}
+	}
+	if _, ok := SlurmPort("12", "batch"); ok {
+		t.Error(`SlurmPort("12", "batch") is ok`)
+	}
+}
+
+// with is m with extra's variables set over it.
+func with(m map[string]string, extra map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = v
+	}
+	for k, v := range extra {
+		out[k] = v
+	}
+	return out
 }

@@ -73,8 +73,9 @@ type Share struct {
 //
 // ViaAuto takes, in this order: ViaFile when s.File is set; ViaCommID when
 // job.CommID is (NCCL_COMM_ID, or MASTER_ADDR:MASTER_PORT where no store
-// listens); ViaStore when job.StoreAddr is (under torchrun); an error that says
-// what to set otherwise. A job of one rank shares nothing.
+// listens, or under srun the step's first node and SlurmPort); ViaStore when
+// job.StoreAddr is (under torchrun); an error that says what to set
+// otherwise. A job of one rank shares nothing.
 //
 // Every wait ends with ctx: give it a deadline. Errors say which way was
 // taken and what failed; a wait that ctx ended wraps ctx.Err().

@@ -159,8 +159,8 @@ EOF
     srun -N 1 --ntasks-per-node=2 $E/allreduce -n 65536 -timeout 30s -idfile "$work/id-srun2"
   ranks 3 "$(ok dataparallel srun file)" "srun -n 3 dataparallel, -idfile" \
     srun -n 3 $E/dataparallel -samples 512 -timeout 30s -idfile "$work/id-srun-dp"
-  refused "srun -n 2 allreduce without a way to share the id" "-idfile" \
-    srun -n 2 $E/allreduce -n 1024 -timeout 10s
+  ranks 3 "$(ok allreduce srun commid)" "srun -n 3 allreduce, nothing set (the step's node and launch.SlurmPort)" \
+    srun -n 3 $E/allreduce -n 65536 -timeout 30s
 fi
 
 py=$(head -1 "$(command -v torchrun)" | sed 's/^#! *//')
