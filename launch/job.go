@@ -19,6 +19,7 @@ const (
 	OpenMPI  Launcher = "openmpi"  // Open MPI's mpirun or mpiexec
 	MPICH    Launcher = "mpich"    // MPICH's (Hydra's) mpiexec, or a PMI-1 launcher
 	Slurm    Launcher = "srun"     // a task of a Slurm job step
+	LWS      Launcher = "lws"      // a pod of a Kubernetes LeaderWorkerSet group, one rank per pod
 	Alone    Launcher = "none"     // nothing: a job of one
 )
 
@@ -128,6 +129,8 @@ func Detect() (Job, error) { return DetectWith(Options{}) }
 //	MPICH      PMI_RANK: PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS
 //	Slurm      SLURM_PROCID with SLURM_STEP_NUM_TASKS (an srun task): SLURM_LOCALID,
 //	           SLURM_NODEID, SLURM_STEP_TASKS_PER_NODE, SLURM_STEP_NODELIST, SLURMD_NODENAME
+//	LWS        LWS_WORKER_INDEX (a pod of a Kubernetes LeaderWorkerSet): LWS_GROUP_SIZE,
+//	           LWS_LEADER_ADDRESS; one rank per pod
 //
 // The most specific launcher wins: torchrun run by srun, or mpirun inside a
 // Slurm allocation, leaves Slurm's variables (which describe the agent or the
@@ -159,6 +162,8 @@ func DetectWith(o Options) (Job, error) {
 		err = j.fromMPI(env, MPICH, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
 	case env("SLURM_PROCID") != "" && env("SLURM_STEP_NUM_TASKS") != "":
 		err = j.fromSlurm(env)
+	case env("LWS_WORKER_INDEX") != "":
+		err = j.fromLWS(env)
 	default:
 		j.Size, j.Launcher = 1, Alone
 	}
@@ -174,11 +179,14 @@ func DetectWith(o Options) (Job, error) {
 	if id := env("GONCCL_RUN_ID"); id != "" {
 		j.RunID = id
 	}
-	slurmCommID := ""
-	if j.Launcher == Slurm && j.RootHost != "" {
+	derivedCommID := ""
+	switch {
+	case j.Launcher == Slurm && j.RootHost != "":
 		if port, ok := SlurmPort(env("SLURM_JOB_ID"), first(env, "SLURM_STEP_ID", "SLURM_STEPID")); ok {
-			slurmCommID = net.JoinHostPort(j.RootHost, strconv.Itoa(port))
+			derivedCommID = net.JoinHostPort(j.RootHost, strconv.Itoa(port))
 		}
+	case j.Launcher == LWS && j.RootHost != "":
+		derivedCommID = net.JoinHostPort(j.RootHost, strconv.Itoa(DefaultPort))
 	}
 	j.CommID = env("NCCL_COMM_ID")
 	j.SharedGPUs = env("NCCL_MULTI_RANK_GPU_ENABLE") == "1"
@@ -195,9 +203,29 @@ func DetectWith(o Options) (Job, error) {
 		}
 	}
 	if j.CommID == "" {
-		j.CommID = slurmCommID
+		j.CommID = derivedCommID
 	}
 	return j, nil
+}
+
+// DefaultPort is where a LeaderWorkerSet group's pods meet at the leader
+// when nothing names a port (NCCL_COMM_ID, or MASTER_ADDR with MASTER_PORT):
+// torch.distributed's default MASTER_PORT.
+const DefaultPort = 29500
+
+// fromLWS reads the variables the LeaderWorkerSet controller sets in every
+// pod of a group (LWS 0.6 and later): LWS_WORKER_INDEX (0 for the leader),
+// LWS_GROUP_SIZE and LWS_LEADER_ADDRESS, the leader pod's stable DNS name.
+// One rank per pod: a pod that runs several processes starts them with
+// torchrun or mpirun, whose variables win.
+func (j *Job) fromLWS(env func(string) string) error {
+	j.Launcher = LWS
+	v := reader{env: env, l: LWS}
+	j.Rank = v.need("LWS_WORKER_INDEX")
+	j.Size = v.need("LWS_GROUP_SIZE")
+	j.LocalRank, j.LocalSize, j.Node = 0, 1, j.Rank
+	j.RootHost = env("LWS_LEADER_ADDRESS")
+	return v.err
 }
 
 // SlurmPort is the port an srun step's ranks meet at when nothing else names
@@ -328,6 +356,7 @@ var varNames = map[Launcher][4]string{
 	OpenMPI:  {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
 	MPICH:    {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
 	Slurm:    {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"},
+	LWS:      {"LWS_WORKER_INDEX", "LWS_GROUP_SIZE", "local rank", "local size"},
 	Alone:    {"rank", "size", "local rank", "local size"},
 }
 

@@ -3,6 +3,7 @@ package launch
 import (
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -266,4 +267,77 @@ func with(m map[string]string, extra map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// TestLeaderWorkerSet: a pod of a LeaderWorkerSet group (the variables the
+// LWS controller sets, LWS 0.6 and later; the leader address as LWS writes
+// it, <lws>-<group>.<lws>.<namespace>) is one rank per pod, meeting at the
+// leader on DefaultPort; NCCL_COMM_ID and MASTER_ADDR:MASTER_PORT win; torchrun
+// run inside the pod wins over the pod's variables; a bad index is an error
+// naming its variable.
+func TestLeaderWorkerSet(t *testing.T) {
+	pod := map[string]string{"LWS_LEADER_ADDRESS": "trainer-0.trainer.default", "LWS_GROUP_SIZE": "4",
+		"LWS_WORKER_INDEX": "2", "HOSTNAME": "trainer-0-2"}
+	j, err := detectEnv(pod)
+	want := Job{Rank: 2, Size: 4, LocalRank: 0, LocalSize: 1, Node: 2, RootHost: "trainer-0.trainer.default",
+		Launcher: LWS, CommID: "trainer-0.trainer.default:29500"}
+	j.NodeName = ""
+	if err != nil || !reflect.DeepEqual(j, want) {
+		t.Fatalf("LWS pod:\n got %+v, %v\nwant %+v", j, err, want)
+	}
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"NCCL_COMM_ID wins", with(pod, map[string]string{"NCCL_COMM_ID": "10.0.0.1:4000"}), "10.0.0.1:4000"},
+		{"MASTER_ADDR:MASTER_PORT win", with(pod, map[string]string{"MASTER_ADDR": "trainer-0.trainer.default", "MASTER_PORT": "23456"}), "trainer-0.trainer.default:23456"},
+		{"no leader address", with(pod, map[string]string{"LWS_LEADER_ADDRESS": ""}), ""},
+	} {
+		if j, err := detectEnv(c.env); err != nil || j.CommID != c.want {
+			t.Errorf("%s: CommID %q, %v; want %q", c.name, j.CommID, err, c.want)
+		}
+	}
+	inner := with(pod, map[string]string{"RANK": "9", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
+		"MASTER_ADDR": "trainer-0.trainer.default", "MASTER_PORT": "29400", "TORCHELASTIC_RUN_ID": "x"})
+	if j, err := detectEnv(inner); err != nil || j.Launcher != Torchrun || j.Rank != 9 || j.Size != 16 {
+		t.Errorf("torchrun inside an LWS pod: %+v, %v", j, err)
+	}
+	for _, bad := range []map[string]string{
+		with(pod, map[string]string{"LWS_WORKER_INDEX": "4"}),
+		with(pod, map[string]string{"LWS_GROUP_SIZE": ""}),
+		with(pod, map[string]string{"LWS_WORKER_INDEX": "x"}),
+	} {
+		var ee *EnvError
+		if _, err := detectEnv(bad); !errors.As(err, &ee) || !strings.HasPrefix(ee.Var, "LWS_") {
+			t.Errorf("%v: %v; want an *EnvError naming an LWS variable", bad, err)
+		}
+	}
+}
+
+// TestIndexedJobManifest: examples/kubernetes/indexed-job.yaml's variables
+// (the literal ones read from the manifest; RANK, from the completion index
+// annotation, set here) place each pod and make pod 0's DNS name where the
+// ranks meet.
+func TestIndexedJobManifest(t *testing.T) {
+	text, err := os.ReadFile("../examples/kubernetes/indexed-job.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	lines := strings.Split(string(text), "\n")
+	for i := 0; i+1 < len(lines); i++ {
+		name, ok := strings.CutPrefix(strings.TrimSpace(lines[i]), "- name: ")
+		value, ok2 := strings.CutPrefix(strings.TrimSpace(lines[i+1]), "value: ")
+		if ok && ok2 {
+			env[name] = strings.Trim(value, `"`)
+		}
+	}
+	for index := range 2 {
+		env["RANK"] = strconv.Itoa(index)
+		j, err := detectEnv(env)
+		if err != nil || j.Rank != index || j.Size != 2 || j.CommID != "allreduce-0.allreduce:29500" {
+			t.Errorf("pod %d of the manifest (%v): %+v, %v", index, env, j, err)
+		}
+	}
 }
