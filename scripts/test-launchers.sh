@@ -175,6 +175,21 @@ ranks 3 "$(ok allreduce torchrun commid)" "torchrun --nproc_per_node=3 --rdzv_ba
   "${TR[@]}" --nproc_per_node=3 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:$(port) $E/allreduce -n 65536 -timeout 30s
 ranks 2 "$(ok dataparallel torchrun store)" "torchrun --nproc_per_node=2 dataparallel" \
   "${TR[@]}" --nproc_per_node=2 --master_port=$(port) $E/dataparallel -samples 512 -timeout 30s
+# Two nodes on one host: two agents of one static rendezvous, each a node of
+# two ranks (scripts/gpu-nodes.sh does the same on GPUs, with a NCCL_HOSTID
+# per node). Node 1 runs beside; the ranks of both must say their line.
+p=$(port)
+(cd "$work" && timeout 90 "${TR[@]}" --nnodes=2 --node_rank=1 --nproc_per_node=2 --master_addr=127.0.0.1 --master_port=$p \
+  $E/allreduce -n 65536 -timeout 30s >"$work/node1.log" 2>&1) &
+node1=$!
+ranks 2 "$(ok allreduce torchrun store)" "torchrun --nnodes=2, node 0 (node 1 beside it) allreduce" \
+  "${TR[@]}" --nnodes=2 --node_rank=0 --nproc_per_node=2 --master_addr=127.0.0.1 --master_port=$p $E/allreduce -n 65536 -timeout 30s
+if wait $node1 && [ "$(grep -cE -- "$(ok allreduce torchrun store)" "$work/node1.log")" -eq 2 ]; then
+  echo "ok    torchrun --nnodes=2, node 1: 2 ranks said \"$(ok allreduce torchrun store)\""
+else
+  echo "FAIL  torchrun --nnodes=2, node 1:"; sed 's/^/      /' "$work/node1.log" | tail -20
+  fails=$((fails + 1))
+fi
 
 [ $fails -eq 0 ] || die "$fails run(s)"
 if [ "${GONCCL_SKIP_SLURM:-}" = 1 ]; then
