@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Two nodes emulated on one GPU machine, under the real torchrun: each node is
-# a torchrun agent with its own half of the GPUs (CUDA_VISIBLE_DEVICES) and
-# its own NCCL_HOSTID, so NCCL counts two nodes (nNodes 2) and connects them
+# Two nodes emulated on one GPU machine, under the real mpirun and torchrun:
+# each node (a host of mpirun's --host, started through
+# scripts/emulated-host-rsh.sh, or a torchrun agent) has its own half of the
+# GPUs (CUDA_VISIBLE_DEVICES) and its own NCCL_HOSTID, so NCCL counts two nodes (nNodes 2) and connects them
 # through its network transport (NET/Socket where the machine has no IB), as
 # across real hosts; the agents meet on the loopback. Binaries come from
 # `scripts/gpu-check.sh build`:
 #
 #   scripts/gpu-nodes.sh run [OUT]
 #
-# For each rendezvous (static --master-addr, and c10d) it runs examples/allreduce
+# Under mpirun (NCCL_COMM_ID) and each torchrun rendezvous (static
+# --master-addr, and c10d) it runs examples/allreduce
 # and examples/dataparallel (every element checked by each rank) and nccl-bench
 # -c 1 -d uint8 (every byte checked), and requires NCCL's log to say nNodes 2
 # and NET/. TORCH_VENV (default /opt/torch/.venv) holds torchrun;
@@ -64,6 +66,34 @@ two() {
     fails=$((fails + 1))
   fi
 }
+
+# mpirun across two hosts emulated here (scripts/emulated-host-rsh.sh): each
+# host's ranks get its GPUs and its NCCL_HOSTID. "--mca plm rsh": machines may set
+# OMPI_MCA_plm=isolated, which starts nothing on other hosts; "--mca rtc ^hwloc": two
+# daemons of one machine can crash writing hwloc's shared topology.
+mpi() {
+  local label=$1 want=$2
+  shift 2
+  port=$((port + 1))
+  local logs=("$OUT/logs/$label.log") rc=0 nodes net said=0
+  DEVS_nodeA=$(devs 0) DEVS_nodeB=$(devs 1) timeout 180 mpirun --allow-run-as-root --oversubscribe \
+    --host "nodeA:$PER,nodeB:$PER" --mca plm rsh --mca rtc ^hwloc --mca plm_rsh_agent "$PWD/scripts/emulated-host-rsh.sh" -np $((2 * PER)) \
+    -x NCCL_NVLS_ENABLE -x GONCCL_NCCL_LIB -x NCCL_COMM_ID="127.0.0.1:$port" -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT,NET \
+    "$@" >"${logs[0]}" 2>&1 || rc=$?
+  nodes=$(grep -c 'nNodes 2' "${logs[0]}")
+  net=$(grep -o 'via NET/[A-Za-z]*' "${logs[0]}" | sort -u | tr '\n' ' ')
+  [ -n "$want" ] && said=$(grep -c -E -- "$want" "${logs[0]}")
+  if [ "$rc" -eq 0 ] && [ "$nodes" -gt 0 ] && [ -n "$net" ] && { [ -z "$want" ] || [ "$said" -eq $((2 * PER)) ]; }; then
+    echo "ok    $label: 2 hosts × $PER, nNodes 2, $net${want:+, $said ranks checked}" | tee -a "$summary"
+  else
+    echo "FAIL  $label: exit $rc, nNodes 2 seen $nodes times, '${net}', $said of $((2 * PER)) ranks said \"$want\"" | tee -a "$summary"
+    fails=$((fails + 1))
+  fi
+}
+export GONCCL_NCCL_LIB=${GONCCL_NCCL_LIB:-}
+mpi allreduce-mpirun 'floats correct' $E/allreduce -timeout 60s
+mpi dataparallel-mpirun 'weights identical on every rank' $E/dataparallel -timeout 60s
+mpi nccl-bench-mpirun "" .gpu/bin/nccl-bench -op all_reduce -d uint8 -c 1 -b 8 -e 64M -f 8 -n 20 -w 5
 
 for rdzv in static c10d; do
   two "allreduce-$rdzv" "$rdzv" 'floats correct' $E/allreduce -timeout 60s

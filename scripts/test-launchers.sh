@@ -102,6 +102,12 @@ ranks 2 "$(ok allreduce openmpi commid)" "mpirun -np 2 allreduce, NCCL_COMM_ID" 
   "${MPI[@]}" -np 2 -x NCCL_COMM_ID=127.0.0.1:$(port) $E/allreduce -n 65536 -timeout 30s
 ranks 3 "$(ok dataparallel openmpi commid)" "mpirun -np 3 dataparallel, NCCL_COMM_ID" \
   "${MPI[@]}" -np 3 -x NCCL_COMM_ID=127.0.0.1:$(port) $E/dataparallel -samples 512 -timeout 30s
+# Two hosts emulated here: Open MPI starts each host's daemon through an rsh
+# agent that runs it on this machine as that host (scripts/gpu-nodes.sh does
+# the same on GPUs).
+ranks 3 "$(ok allreduce openmpi commid)" "mpirun --host nodeA:1,nodeB:2 (two hosts emulated here) allreduce, NCCL_COMM_ID" \
+  "${MPI[@]}" --host nodeA:1,nodeB:2 --mca plm rsh --mca rtc ^hwloc --mca plm_rsh_agent "$PWD/scripts/emulated-host-rsh.sh" -np 3 \
+  -x NCCL_COMM_ID=127.0.0.1:$(port) $E/allreduce -n 65536 -timeout 30s
 refused "mpirun -np 2 allreduce without a way to share the id" "NCCL_COMM_ID" \
   "${MPI[@]}" -np 2 $E/allreduce -n 1024 -timeout 10s
 
