@@ -26,18 +26,7 @@ type CUDA struct {
 // call runs function sym on a thread with a device (see ThreadDevice) and
 // turns its cudaError_t into an error. It allocates nothing on success.
 func (t *CUDA) call(sym int, args ...uintptr) error {
-	fn := t.Fn[sym]
-	if fn == 0 {
-		return t.Err.Missing(sym)
-	}
-	r, g := t.TD.Call(-1, fn, args...)
-	if g != 0 {
-		return t.Err.Guard(g)
-	}
-	if int32(r) != int32(abi.CudaSuccess) {
-		return t.Err.Result(sym, int32(r))
-	}
-	return nil
+	return call(&t.TD, t.Err, sym, t.Fn[sym], args...)
 }
 
 // callPtr is call for arguments converted from Go pointers in the argument

@@ -27,16 +27,22 @@ type NCCL struct {
 // call runs function sym with arguments that hold no Go pointers and turns
 // its result into an error. It allocates nothing on success.
 func (t *NCCL) call(sym int, args ...uintptr) error {
-	fn := t.Fn[sym]
+	return call(t.TD, t.Err, sym, t.Fn[sym], args...)
+}
+
+// call is a table's call: function sym at fn (0: the library lacks it) on a
+// thread with a device (td), its failures made by errs. Both C APIs return
+// 0 for success (ncclSuccess, cudaSuccess).
+func call(td *ThreadDevice, errs Failures, sym int, fn uintptr, args ...uintptr) error {
 	if fn == 0 {
-		return t.Err.Missing(sym)
+		return errs.Missing(sym)
 	}
-	r, g := t.TD.Call(-1, fn, args...)
+	r, g := td.Call(-1, fn, args...)
 	if g != 0 {
-		return t.Err.Guard(g)
+		return errs.Guard(g)
 	}
-	if int32(r) != int32(abi.Success) {
-		return t.Err.Result(sym, int32(r))
+	if int32(r) != 0 {
+		return errs.Result(sym, int32(r))
 	}
 	return nil
 }
