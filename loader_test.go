@@ -364,10 +364,13 @@ func TestCUDARuntimeSearch(t *testing.T) {
 	}
 	wheel := put(filepath.Join(root, "venv", "lib", "python3.11", "site-packages", "nvidia", "cuda_runtime", "lib"), "libcudart.so.12")
 	put(filepath.Join(root, "cuda", "lib64"), "libcudart.so.12")
-	f, err := search(cudartSpec, "", envMap("VIRTUAL_ENV", filepath.Join(root, "venv"), "CUDA_HOME", filepath.Join(root, "cuda")))
+	f, err := load.Search(cudartSpec, "", envMap("VIRTUAL_ENV", filepath.Join(root, "venv"), "CUDA_HOME", filepath.Join(root, "cuda")))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The copy is a second fake runtime, mapped RTLD_GLOBAL: left loaded, the
+	// fake NCCL of later tests could bind to its symbols and its state.
+	dl.Close(f.Handle)
 	if f.Path != wheel || f.Via != "VIRTUAL_ENV" {
 		t.Fatalf("got %s via %s, want the wheel", f.Path, f.Via)
 	}
