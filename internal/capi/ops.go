@@ -28,9 +28,6 @@ type Op struct {
 	A   [MaxOpArgs]uintptr
 }
 
-// Args is the operation's argument list.
-func (o *Op) Args() []uintptr { return o.A[:o.N] }
-
 // ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 // ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 func AllReduce(send, recv uintptr, count int, dt abi.DataType, op abi.RedOp, stream uintptr) Op {

@@ -40,17 +40,17 @@ func (s *Symbol) Requirement() string {
 func init() {
 	for _, t := range [][]Symbol{NCCLSymbols[:], CUDASymbols[:]} {
 		for i := range t {
-			t[i].CName = CString(t[i].Name)
+			t[i].CName = cString(t[i].Name)
 			if t[i].Alt != "" {
-				t[i].CAlt = CString(t[i].Alt)
+				t[i].CAlt = cString(t[i].Alt)
 			}
 		}
 	}
 }
 
-// CString is s with a NUL byte appended. What it returns is kept by a package
+// cString is s with a NUL byte appended. What it returns is kept by a package
 // variable or used within one call: Go's heap does not move it.
-func CString(s string) *byte {
+func cString(s string) *byte {
 	b := make([]byte, len(s)+1)
 	copy(b, s)
 	return &b[0]
