@@ -49,16 +49,19 @@ two() {
       args=(--nnodes 2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "gonccl-$port")
     fi
     CUDA_VISIBLE_DEVICES=$(devs "$k") NCCL_HOSTID="gonccl-node$k" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
+      NCCL_DEBUG_FILE="$OUT/logs/$label-node$k.%p.nccl" \
       timeout 180 "$TR" "${args[@]}" --nproc-per-node "$PER" --no-python "$@" >"$OUT/logs/$label-node$k.log" 2>&1 &
     pids+=($!)
   done
   local rc=0
   for k in 0 1; do wait "${pids[$k]}" || rc=$?; done
-  local logs=("$OUT/logs/$label-node0.log" "$OUT/logs/$label-node1.log")
+  # NCCL's own log goes to files: a process that exits through os.Exit may
+  # leave its last stdout lines in C's buffer.
+  local logs=("$OUT/logs/$label-node0.log" "$OUT/logs/$label-node1.log" "$OUT/logs/$label"-node*.nccl)
   local nodes net said=0
-  nodes=$(grep -h -o 'nNodes 2' "${logs[@]}" | wc -l)
-  net=$(grep -h -o 'via NET/[A-Za-z]*' "${logs[@]}" | sort -u | tr '\n' ' ')
-  [ -n "$want" ] && said=$(cat "${logs[@]}" | grep -c -E -- "$want")
+  nodes=$(cat "${logs[@]}" 2>/dev/null | grep -c 'nNodes 2')
+  net=$(cat "${logs[@]}" 2>/dev/null | grep -o 'via NET/[A-Za-z]*' | sort -u | tr '\n' ' ')
+  [ -n "$want" ] && said=$(cat "${logs[0]}" "${logs[1]}" | grep -c -E -- "$want")
   if [ "$rc" -eq 0 ] && [ "$nodes" -gt 0 ] && [ -n "$net" ] && { [ -z "$want" ] || [ "$said" -eq $((2 * PER)) ]; }; then
     echo "ok    $label: 2 nodes × $PER, nNodes 2, $net${want:+, $said ranks checked}" | tee -a "$summary"
   else
@@ -76,12 +79,13 @@ mpi() {
   shift 2
   port=$((port + 1))
   local logs=("$OUT/logs/$label.log") rc=0 nodes net said=0
+  rm -f "$OUT/logs/$label".*.nccl
   DEVS_nodeA=$(devs 0) DEVS_nodeB=$(devs 1) timeout 180 mpirun --allow-run-as-root --oversubscribe \
     --host "nodeA:$PER,nodeB:$PER" --mca plm rsh --mca rtc ^hwloc --mca plm_rsh_agent "$PWD/scripts/emulated-host-rsh.sh" -np $((2 * PER)) \
     -x NCCL_NVLS_ENABLE -x GONCCL_NCCL_LIB -x NCCL_COMM_ID="127.0.0.1:$port" -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT,NET \
-    "$@" >"${logs[0]}" 2>&1 || rc=$?
-  nodes=$(grep -c 'nNodes 2' "${logs[0]}")
-  net=$(grep -o 'via NET/[A-Za-z]*' "${logs[0]}" | sort -u | tr '\n' ' ')
+    -x NCCL_DEBUG_FILE="$OUT/logs/$label.%p.nccl" "$@" >"${logs[0]}" 2>&1 || rc=$?
+  nodes=$(cat "${logs[0]}" "$OUT/logs/$label".*.nccl 2>/dev/null | grep -c 'nNodes 2')
+  net=$(cat "${logs[0]}" "$OUT/logs/$label".*.nccl 2>/dev/null | grep -o 'via NET/[A-Za-z]*' | sort -u | tr '\n' ' ')
   [ -n "$want" ] && said=$(grep -c -E -- "$want" "${logs[0]}")
   if [ "$rc" -eq 0 ] && [ "$nodes" -gt 0 ] && [ -n "$net" ] && { [ -z "$want" ] || [ "$said" -eq $((2 * PER)) ]; }; then
     echo "ok    $label: 2 hosts × $PER, nNodes 2, $net${want:+, $said ranks checked}" | tee -a "$summary"
