@@ -315,12 +315,12 @@ func TestLeaderWorkerSet(t *testing.T) {
 	}
 }
 
-// TestIndexedJobManifest: examples/kubernetes/indexed-job.yaml's variables
+// TestIndexedJobManifest: examples/allreduce/kubernetes/indexed-job.yaml's variables
 // (the literal ones read from the manifest; RANK, from the completion index
 // annotation, set here) place each pod and make pod 0's DNS name where the
 // ranks meet.
 func TestIndexedJobManifest(t *testing.T) {
-	text, err := os.ReadFile("../examples/kubernetes/indexed-job.yaml")
+	text, err := os.ReadFile("../examples/allreduce/kubernetes/indexed-job.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
