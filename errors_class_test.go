@@ -165,7 +165,11 @@ func TestNilLibraryAndCUDA(t *testing.T) {
 				}
 			}
 			if m.Type.IsVariadic() {
-				args[len(args)-1] = reflect.ValueOf([]string{"ncclAllReduce"})
+				last := m.Type.In(m.Type.NumIn() - 1)
+				args[len(args)-1] = reflect.MakeSlice(last, 1, 1) // a device 0, ...
+				if last == reflect.TypeFor[[]string]() {
+					args[len(args)-1] = reflect.ValueOf([]string{"ncclAllReduce"})
+				}
 				out, p := func() (out []reflect.Value, panicked any) {
 					defer func() { panicked = recover() }()
 					return v.Method(i).CallSlice(args), nil

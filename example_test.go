@@ -239,6 +239,43 @@ func ExampleGraph_Launch() {
 	// Output: [24] [24]
 }
 
+// One goroutine driving several GPUs at the speed of a thread per GPU:
+// Threads keeps an OS thread per GPU, and each call runs every GPU's part at
+// once on them. Ranks' operations made there need no Group (each comes from
+// a thread of its own), and a graph per GPU is launched in one call.
+func ExampleThreads() {
+	j := newJob(2)
+	defer j.close()
+	th, err := j.lib.CUDA().NewThreads(0, 1) // thread i on device i
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer th.Close()
+	bufs := j.buffers(func(r int) []float32 { return []float32{float32(r + 1)} })
+	ctx := context.Background()
+	step := func(i int) error { return j.comms[i].AllReduce(bufs[i], bufs[i], nccl.Sum, j.streams[i]) }
+	if err := th.Run(ctx, step); err != nil { // 3 on both
+		log.Fatal(err)
+	}
+	graphs := make([]*nccl.Graph, 2)
+	if err := th.Run(ctx, func(i int) (err error) { // each thread captures its GPU's step
+		graphs[i], err = j.lib.CUDA().Capture(j.streams[i], func() error { return step(i) })
+		return err
+	}); err != nil {
+		log.Fatal(err)
+	}
+	for range 3 { // doubles the sum each time
+		if err := th.Launch(ctx, graphs, j.streams); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println(j.read(bufs[0], 0), j.read(bufs[1], 1))
+	for _, g := range graphs {
+		g.Destroy()
+	}
+	// Output: [24] [24]
+}
+
 func ExampleComm_Broadcast() {
 	j := newJob(3)
 	defer j.close()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log"
@@ -22,6 +23,7 @@ type settings struct {
 	graphs   int    // -G: launches of a CUDA graph holding the timed iterations (0: none)
 	register int    // -R: 0 none, 1 ncclCommRegister, 2 symmetric windows
 	graphDot string // -graph-dot: a folder for each captured graph's DOT text ("": none)
+	threads  bool   // -threads: the local GPUs' launches from nccl.Threads, one OS thread each
 }
 
 // The -R modes, nccl-tests' local_register.
@@ -62,6 +64,19 @@ type bench struct {
 
 	layouts map[int]nccl.Layout // the operation's layouts by count, kept for the run
 	layout  nccl.Layout         // the one of the count being run
+
+	// -threads with several local GPUs: each GPU's launches (its iteration
+	// of an operation, its capture, its graph's) from a thread of th, one
+	// call of th for all of them. step, made once, is the iteration of
+	// stepArgs on rank i; thGraphs and thStreams are Threads.Launch's arguments.
+	th       *nccl.Threads
+	step     func(i int) error
+	stepArgs struct {
+		count, shift int
+		inPlace      bool
+	}
+	thGraphs  []*nccl.Graph
+	thStreams []nccl.Stream
 }
 
 // newBench sets up the ranks of comms (this process's share of the job). A
@@ -152,7 +167,32 @@ func newBench(lib *nccl.Library, comms []*nccl.Comm, s settings) (*bench, error)
 		r.registered = true
 		return nil
 	})
+	if err == nil && s.threads && len(comms) > 1 {
+		err = b.startThreads()
+	}
 	return b, err
+}
+
+// startThreads gives the bench a thread per local GPU (-threads).
+func (b *bench) startThreads() error {
+	devs := make([]int, len(b.ranks))
+	for i := range b.ranks {
+		devs[i] = b.ranks[i].comm.Device()
+		b.thStreams = append(b.thStreams, b.ranks[i].stream)
+	}
+	var err error
+	if b.th, err = b.lib.CUDA().NewThreads(devs...); err != nil {
+		return fmt.Errorf("-threads: %w", err)
+	}
+	b.thGraphs = make([]*nccl.Graph, len(b.ranks))
+	b.step = func(i int) error {
+		a := &b.stepArgs
+		if !b.op.group {
+			return b.enqueue(i, a.count, a.inPlace, a.shift)
+		}
+		return b.lib.Group(func() error { return b.enqueue(i, a.count, a.inPlace, a.shift) })
+	}
+	return nil
 }
 
 // noGraphs is the runtime's own error for the graph function it lacks: a
@@ -196,6 +236,9 @@ func (b *bench) eachRank(collective bool, fn func(r *rank) error) error {
 // graphs or registrations hold cannot.
 func (b *bench) close() error {
 	gerr := b.destroyGraphs()
+	if b.th != nil {
+		b.th.Close()
+	}
 	return errors.Join(gerr, b.eachRank(b.symmetric, func(r *rank) error {
 		var errs []error
 		if r.registered {
@@ -264,9 +307,14 @@ func (b *bench) prepare(count int) {
 
 // launch enqueues iteration it on every local rank: in one group when there
 // are several ranks or the operation is sends and receives, as nccl-tests
-// does. It allocates nothing.
+// does; with -threads, each rank's from its own thread, in a group of its
+// own where the operation is sends and receives. It allocates nothing.
 func (b *bench) launch(count int, inPlace bool, it int) error {
 	shift := b.shift(count, it)
+	if b.th != nil {
+		b.stepArgs.count, b.stepArgs.inPlace, b.stepArgs.shift = count, inPlace, shift
+		return b.th.Run(context.Background(), b.step)
+	}
 	if len(b.ranks) == 1 && !b.op.group {
 		return b.enqueue(0, count, inPlace, shift)
 	}

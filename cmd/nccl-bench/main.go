@@ -112,6 +112,7 @@ func main() {
 	cpuTime := flag.Int("C", 0, "report the host's time of the launches (cputime) in the time columns, as nccl-tests' -C 1; busbw stays from the full time")
 	perIter := flag.Int("I", 0, "per-iteration CUDA event timing (0 or 1): min, max, p99 and cv% of the iterations after each block")
 	ngpu := flag.Int("g", 1, "GPUs driven by each thread (-t): with one thread, by each process")
+	gpuThreads := flag.Bool("threads", false, "with -g > 1: each GPU's launches (its operations, its capture, its graph's) from a thread of its own that nccl.Threads keeps, one call from the process's goroutine for all; without, one thread makes them all in turn, as nccl-tests' -g")
 	nthreads := flag.Int("t", 1, "threads per process, each driving -g GPUs from a goroutine locked to its own OS thread (nccl-tests' -t)")
 	graphs := flag.Int("G", 0, "CUDA graph launches: each size's -n iterations captured into a graph per GPU, launched this many times (0: no graph)")
 	graphDot := flag.String("graph-dot", "", "with -G: write each size's captured graph of every local GPU into this folder (made if missing) as Graphviz DOT, with each node's parameters (Graph.WriteDot)")
@@ -202,12 +203,12 @@ func main() {
 	}
 	lo := sizes[0]
 	benches, err := newBenches(lib, comms, *nthreads, *ngpu, settings{op: op, dt: dt, red: red, root: *root, grouped: *grouped, maxBytes: hi,
-		perIter: *perIter == 1, graphs: *graphs, register: *register, graphDot: *graphDot})
+		perIter: *perIter == 1, graphs: *graphs, register: *register, graphDot: *graphDot, threads: *gpuThreads})
 	if err != nil {
 		log.Fatalf("rank %d: %v", job.Rank, err)
 	}
 	b := benches[0]
-	rep := &report{w: os.Stdout, op: op.name, lib: lib, ranks: n, job: job, threads: *nthreads, gpus: *ngpu, iters: *iters, warm: *warm,
+	rep := &report{w: os.Stdout, op: op.name, lib: lib, ranks: n, job: job, threads: *nthreads, gpus: *ngpu, gpuThreads: *gpuThreads && *ngpu > 1, iters: *iters, warm: *warm,
 		check: *check, perIter: b.perIter, cpuTime: *cpuTime == 1, graphs: *graphs, register: *register, alloc: b.alloc, json: *asJSON, show: job.Rank == 0}
 	if op.path != "" {
 		rep.path = comms[0].PathOf(op.path).String()

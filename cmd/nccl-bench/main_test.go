@@ -120,6 +120,38 @@ func TestGraphAndRegisterModes(t *testing.T) {
 	}
 }
 
+// TestThreadsFlag runs every operation with -threads (each local GPU's
+// launches from a thread of nccl.Threads), plain and from graphs, with and
+// without symmetric windows, in the layouts with several GPUs per process:
+// every byte checked, as without the flag.
+func TestThreadsFlag(t *testing.T) {
+	for _, variant := range []string{"default", "vccl11"} {
+		lib := openFake(t, variant)
+		for _, job := range [][][]int{{{0, 1, 2}}, {{0, 1}, {2, 3}}} {
+			var devs []int
+			for _, p := range job {
+				devs = append(devs, p...)
+			}
+			comms, err := lib.InitAll(context.Background(), devs, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, m := range []struct{ graphs, register int }{{0, 0}, {3, 0}, {2, 2}} {
+				for i := range operations {
+					op := &operations[i]
+					grouped := (i+k)%2 == 0
+					t.Run(fmt.Sprintf("%s/%v/G%d-R%d/%s/grouped=%v", variant, job, m.graphs, m.register, op.name, grouped), func(t *testing.T) {
+						runJob(t, lib, comms, job, settings{op: op, dt: nccl.Uint8, grouped: grouped, graphs: m.graphs, register: m.register, threads: true})
+					})
+				}
+			}
+			if err := closeComms(comms); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // runJob runs one operation on every process of the job at once, with the
 // settings s (op, dt, grouped, perIter, graphs, register; the rest is set
 // here).
@@ -145,9 +177,12 @@ func runJob(t *testing.T, lib *nccl.Library, comms []*nccl.Comm, job [][]int, s 
 		first += len(devs)
 	}
 	made.Wait()
-	for _, err := range errs {
+	for p, err := range errs {
 		if err != nil {
 			t.Fatal(err)
+		}
+		if s.threads && len(job[p]) > 1 && benches[p].th == nil {
+			t.Fatal("-threads: no nccl.Threads")
 		}
 	}
 	defer func() { // together: freeing symmetric windows is collective

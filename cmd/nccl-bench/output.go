@@ -59,24 +59,25 @@ func (r *row) busBW() float64 {
 
 // report prints what rank 0 shows: nccl-tests' table, or JSON at the end.
 type report struct {
-	w        io.Writer
-	op       string
-	lib      *nccl.Library
-	path     string // native or grouped, for an operation that has both
-	ranks    int
-	job      launch.Job
-	threads  int // per process (-t)
-	gpus     int // per thread
-	iters    int
-	warm     int
-	check    int
-	perIter  bool
-	cpuTime  bool   // -C 1: the time columns show the host's time of the launches
-	graphs   int    // -G
-	register int    // -R
-	alloc    string // what allocated the buffers
-	json     bool
-	show     bool // rank 0 prints
+	w          io.Writer
+	op         string
+	lib        *nccl.Library
+	path       string // native or grouped, for an operation that has both
+	ranks      int
+	job        launch.Job
+	threads    int  // per process (-t)
+	gpus       int  // per thread
+	gpuThreads bool // -threads
+	iters      int
+	warm       int
+	check      int
+	perIter    bool
+	cpuTime    bool   // -C 1: the time columns show the host's time of the launches
+	graphs     int    // -G
+	register   int    // -R
+	alloc      string // what allocated the buffers
+	json       bool
+	show       bool // rank 0 prints
 
 	rows   []row
 	failed int // checked runs (a size out of place or in place) with a wrong element
@@ -97,6 +98,9 @@ func (p *report) header() {
 	}
 	fmt.Fprintf(p.w, "# nranks %d: %d process(es)%s × %d GPU(s), launcher %s; warmup iters: %d iters: %d validation: %d graph: %d local_register: %d\n",
 		p.ranks, p.job.Size, threads, p.gpus, p.job.Launcher, p.warm, p.iters, p.check, p.graphs, p.register)
+	if p.gpuThreads {
+		fmt.Fprintf(p.w, "# -threads: each GPU's launches from a thread of its own (nccl.Threads), one call for all\n")
+	}
 	if p.graphs > 0 {
 		fmt.Fprintf(p.w, "# CUDA Graph mode: the %d iterations of each size captured into a graph per GPU, launched %d times\n", p.iters, p.graphs)
 	}
@@ -195,6 +199,9 @@ func (p *report) end() error {
 	doc["nccl_path"], doc["cudart"], doc["cudart_path"] = p.lib.Path, cudaRuntime(cu), cu.Path
 	if p.path != "" {
 		doc["path"] = p.path
+	}
+	if p.gpuThreads {
+		doc["gpu_threads"] = true
 	}
 	return json.NewEncoder(p.w).Encode(doc)
 }

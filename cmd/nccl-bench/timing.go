@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log"
@@ -126,9 +127,13 @@ func (b *bench) timed(us, cpu float64) result {
 // per stream, as nccl-tests captures: every stream's capture begun, in
 // thread-local mode, by this goroutine (locked to its OS thread until the
 // captures end), fn, every capture ended and instantiated. On failure the
-// captures are ended and their graphs destroyed.
+// captures are ended and their graphs destroyed. With -threads each rank's
+// thread captures its own stream, fn's launches coming from the threads.
 func (b *bench) capture(fn func() error) error {
 	cu := b.lib.CUDA()
+	if b.th != nil {
+		return b.captureOnThreads(fn)
+	}
 	begun := 0
 	var err error
 	for ; begun < len(b.ranks); begun++ {
@@ -152,6 +157,30 @@ func (b *bench) capture(fn func() error) error {
 	return nil
 }
 
+// captureOnThreads is capture with -threads: every thread begins its
+// stream's capture, fn (whose launches run on the threads), every thread
+// ends its capture.
+func (b *bench) captureOnThreads(fn func() error) error {
+	cu := b.lib.CUDA()
+	ctx := context.Background()
+	err := b.th.Run(ctx, func(i int) error { return cu.BeginCapture(b.ranks[i].stream) })
+	if err == nil {
+		err = fn()
+	}
+	eerr := b.th.Run(ctx, func(i int) error {
+		g, err := cu.EndCapture(b.ranks[i].stream)
+		b.ranks[i].graph = g
+		return err
+	})
+	if err == nil {
+		err = eerr
+	}
+	if err != nil {
+		return errors.Join(fmt.Errorf("capturing %s into a CUDA graph (-G -threads): %w", b.op.name, err), b.destroyGraphs())
+	}
+	return nil
+}
+
 // writeDots writes every local rank's graph into the -graph-dot folder, one
 // file per size, placement and GPU, with each node's parameters.
 func (b *bench) writeDots(count int, inPlace bool) error {
@@ -169,9 +198,20 @@ func (b *bench) writeDots(count int, inPlace bool) error {
 	return nil
 }
 
-// launchGraphs launches every local rank's graph on its stream, n rounds. It
-// allocates nothing.
+// launchGraphs launches every local rank's graph on its stream, n rounds;
+// with -threads each round is one Threads.Launch. It allocates nothing.
 func (b *bench) launchGraphs(n int) error {
+	if b.th != nil {
+		for i := range b.ranks {
+			b.thGraphs[i] = b.ranks[i].graph
+		}
+		for range n {
+			if err := b.th.Launch(context.Background(), b.thGraphs, b.thStreams); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for range n {
 		for i := range b.ranks {
 			r := &b.ranks[i]

@@ -23,6 +23,7 @@ type Run struct {
 	Threads        int          `json:"threads_per_process"`
 	GPUsPerThread  int          `json:"gpus_per_thread"`
 	GPUsPerProcess int          `json:"gpus_per_process"`
+	GPUThreads     bool         `json:"gpu_threads,omitempty"` // nccl-bench -threads
 	Rows           []Row        `json:"rows"`
 	AvgBusBW       float64      `json:"avg_busbw"`
 	Warmup         int          `json:"warmup_iters"`
@@ -84,6 +85,9 @@ type Row struct {
 
 // Layout names how the ranks are laid out, in the flags of both programs.
 func (r *Run) Layout() string {
+	if r.GPUThreads {
+		return fmt.Sprintf("-g %d -threads", r.GPUsPerThread)
+	}
 	switch {
 	case r.Processes > 1 && r.Threads <= 1:
 		return fmt.Sprintf("-np %d", r.Processes)

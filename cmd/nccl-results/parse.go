@@ -85,6 +85,9 @@ func parseTables(text string) ([]Run, error) {
 				r.Threads = atoi(m[3])
 			}
 		}
+		if strings.HasPrefix(line, "# -threads:") {
+			r.GPUThreads = true
+		}
 		if m := testsThread.FindStringSubmatch(line); m != nil {
 			r.Threads, r.GPUsPerThread = atoi(m[1]), atoi(m[2])
 		}
