@@ -83,10 +83,12 @@ refused() { # refused VARIANT TEXT CMD...: the command must exit 1 within 60 s, 
 # On NCCL 2.28 it must stop with the library's typed error, not crash or hang.
 refused default "(2.28.3; requires >= 2.29.2)" $E/onesided -timeout 30s
 refused default "(2.28.3; requires >= 2.28.7)" $E/faulttolerant -timeout 30s
-# A step of all-reduces captured once into a CUDA graph and replayed, as goroutines
+# A step of all-reduces captured once into a CUDA graph and replayed, from one goroutine (nccl.Threads)
 # and as 2 processes; every element checked on sampled replays and after the timed runs.
 run default $E/captured -replays 200 -ops 4 -n 256
 run v230 $E/captured -replays 200 -ops 4 -n 256
+run v230 $E/captured -replays 200 -ops 4 -n 256 -symmetric
+run default $E/captured -replays 200 -ops 4 -n 256 -nonblocking
 run default $E/captured -np 2 -replays 200 -ops 4 -n 256 -timeout 30s
 run default $E/captured -np 2 -nonblocking -replays 200 -ops 4 -n 256 -timeout 30s
 run default $E/captured -np 2 -symmetric -replays 200 -ops 4 -n 256 -timeout 30s

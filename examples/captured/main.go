@@ -17,20 +17,20 @@
 // >= 2.27), where NCCL runs its symmetric kernels: with a graph, the fast path
 // for small all-reduces.
 //
-// Alone it runs one goroutine per GPU (-gpus, default all), each launching its
-// own rank's graph. Started by a launcher (torchrun, mpirun, srun) or with
-// -np N, it runs one rank per process, which NCCL recommends with graphs.
+// Alone it drives every GPU (-gpus, default all) from one goroutine through
+// nccl.Threads: an OS thread per GPU runs each rank's part of a step, all at
+// once, and one call launches every GPU's graph. Started by a launcher
+// (torchrun, mpirun, srun) or with -np N, it runs one rank per process, which
+// NCCL recommends with graphs.
 // Every wait on the other ranks ends at -timeout.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/gonccl/nccl"
@@ -108,32 +108,14 @@ func main() {
 			log.Fatal(err)
 		}
 	}
-	id, err := lib.GetUniqueID()
+	t, err := allGPUs(ctx, lib, n, p)
 	if err != nil {
 		log.Fatal(err)
 	}
-	ctx, fail := context.WithCancel(ctx) // a rank that fails ends the others' waits
-	defer fail()
-	times, errs := make([]timing, n), make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if times[r], errs[r] = rank(ctx, lib, id, r, n, r, p, func() {}); errs[r] != nil {
-				errs[r] = fmt.Errorf("rank %d: %w", r, errs[r])
-				fail()
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Printf("captured: %d ranks, %s: %s (rank 0)\n", n, what, times[0])
+	fmt.Printf("captured: %d ranks, %s: %s (rank 0)\n", n, what, t)
 }
 
-// timing is one rank's time per all-reduce, from graph replays and plain.
+// timing is the time per all-reduce, from graph replays and plain.
 type timing struct{ graph, plain time.Duration }
 
 func (t timing) String() string {
@@ -141,7 +123,7 @@ func (t timing) String() string {
 		float64(t.graph.Nanoseconds())/1e3, float64(t.plain.Nanoseconds())/1e3)
 }
 
-// rank is rank r of n on GPU dev: it captures, replays, checks and times.
+// rank is rank r of n on GPU dev, alone in its process.
 func rank(ctx context.Context, lib *nccl.Library, id nccl.UniqueID, dev, n, r int, p params, joined func()) (t timing, err error) {
 	blocking := !p.nonBlocking
 	comm, err := lib.InitRank(ctx, dev, id, n, r, &nccl.Config{Blocking: &blocking})
@@ -149,116 +131,111 @@ func rank(ctx context.Context, lib *nccl.Library, id nccl.UniqueID, dev, n, r in
 	if err != nil {
 		return t, err
 	}
-	defer closeComm(comm, p.timeout, &err) // runs after the graph's Destroy below
+	defer closeComm(comm, p.timeout, &err) // runs after the rank's release below
 	// Nothing NCCL enqueues can outlive the deadline: abort there (which
 	// destroys the graphs holding the communicator), and say so.
 	stop := context.AfterFunc(ctx, func() { comm.Abort() })
 	defer stop()
-	defer func() {
-		if err != nil && ctx.Err() != nil {
-			err = fmt.Errorf("%w (the -timeout of %v passed: the communicator was aborted)", err, p.timeout)
+	defer explain(ctx, p.timeout, &err)
+	k := &rankOf{p: p, comm: comm, cu: lib.CUDA(), n: n, r: r}
+	defer k.release()
+	return steps(ctx, p, func(f func(k *rankOf) error) error { return f(k) }, func() error { return k.g.Launch(k.s) })
+}
+
+// allGPUs runs n ranks in this process, one per GPU, from this goroutine:
+// nccl.Threads keeps an OS thread per GPU, each rank's part of a step runs
+// on its GPU's thread, every rank's at once, and a replay launches every
+// GPU's graph in one call (Threads.Launch).
+func allGPUs(ctx context.Context, lib *nccl.Library, n int, p params) (t timing, err error) {
+	devs := make([]int, n)
+	for i := range devs {
+		devs[i] = i
+	}
+	blocking := !p.nonBlocking
+	comms, err := lib.InitAll(ctx, devs, &nccl.Config{Blocking: &blocking})
+	if err != nil {
+		return t, err
+	}
+	defer closeAll(comms, p.timeout, &err)
+	stop := context.AfterFunc(ctx, func() {
+		for _, c := range comms {
+			c.Abort()
 		}
+	})
+	defer stop()
+	defer explain(ctx, p.timeout, &err)
+	th, err := lib.CUDA().NewThreads(devs...)
+	if err != nil {
+		return t, err
+	}
+	defer th.Close()
+	ks := make([]*rankOf, n)
+	for r, c := range comms {
+		ks[r] = &rankOf{p: p, comm: c, cu: lib.CUDA(), n: n, r: r}
+	}
+	defer func() { // on the threads, every rank at once: freeing symmetric buffers is collective
+		rctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+		defer cancel()
+		th.Run(rctx, func(r int) error { ks[r].release(); return nil })
 	}()
-	cu := lib.CUDA()
-	s, err := cu.NewStream(dev, nccl.StreamNonBlocking)
-	if err != nil {
-		return t, err
+	graphs, streams := make([]*nccl.Graph, n), make([]nccl.Stream, n)
+	each := func(f func(k *rankOf) error) error {
+		return th.Run(ctx, func(r int) error { return f(ks[r]) })
 	}
-	defer s.Destroy()
-	total := p.ops * p.n
-	alloc := func() (nccl.Buffer, error) { return cu.Alloc(dev, nccl.Float32, total) }
-	if p.symmetric { // every rank together; freed before the communicator is closed
-		alloc = func() (nccl.Buffer, error) { return comm.AllocSymmetric(nccl.Float32, total) }
-	}
-	in, err := alloc()
-	if err != nil {
-		return t, err
-	}
-	defer in.Free()
-	out, err := alloc()
-	if err != nil {
-		return t, err
-	}
-	defer out.Free()
-	host, err := nccl.MallocHostOf[float32](cu, total) // page-locked: the source of asynchronous copies
-	if err != nil {
-		return t, err
-	}
-	defer nccl.FreeHostOf(cu, host)
-	got := make([]float32, total)
-	// The step: op o all-reduces elements [o·n, (o+1)·n) of in into out.
-	step := func() error {
-		for o := range p.ops {
-			if err := comm.AllReduce(in.Slice(o*p.n, (o+1)*p.n), out.Slice(o*p.n, (o+1)*p.n), nccl.Sum, s); err != nil {
-				return err
-			}
+	launch := func() error {
+		for r, k := range ks {
+			graphs[r], streams[r] = k.g, k.s
 		}
-		return nil
+		return th.Launch(ctx, graphs, streams)
 	}
-	// Rank r's input v is (r+1)·((i+v)%97) at element i: the sum is known.
-	setInputs := func(v int) error {
-		for i := range host {
-			host[i] = float32((r + 1) * ((i + v) % 97))
-		}
-		return nccl.CopyInAsync(in, host, s)
-	}
-	check := func(v int, what string) error {
-		if err := comm.Wait(ctx, s); err != nil {
-			return err
-		}
-		if err := nccl.CopyOut(got, out); err != nil {
-			return err
-		}
-		for i, x := range got {
-			if want := float32(n * (n + 1) / 2 * ((i + v) % 97)); x != want {
-				return fmt.Errorf("%s: all-reduce %d element %d = %v, want %v", what, i/p.n, i%p.n, x, want)
-			}
-		}
-		return nil
-	}
-	// One plain step first: NCCL connects the ranks in their first operations.
-	if err := setInputs(0); err != nil {
+	return steps(ctx, p, each, launch)
+}
+
+// steps is the run, for the rank of this process or for every GPU's: each
+// calls f for every rank (at once where there are several), launch replays
+// every rank's graph. A plain step first, as NCCL connects the ranks in
+// their first operations; the capture; the replays, the inputs changed and
+// the outputs checked on a sample of them; then the graph's replays and as
+// many plain steps timed.
+func steps(ctx context.Context, p params, each func(f func(k *rankOf) error) error, launch func() error) (t timing, err error) {
+	if err := each((*rankOf).setUp); err != nil {
 		return t, err
 	}
-	if err := step(); err != nil {
+	if err := each(func(k *rankOf) error { return k.setInputs(0) }); err != nil {
 		return t, err
 	}
-	if err := check(0, "first plain step"); err != nil {
+	if err := each((*rankOf).step); err != nil {
 		return t, err
 	}
-	g, err := cu.Capture(s, step) // nothing runs: the step is recorded
-	if err != nil {
+	if err := each(func(k *rankOf) error { return k.check(ctx, 0, "first plain step") }); err != nil {
 		return t, err
 	}
-	defer g.Destroy()
-	// Uploaded now, the graph's first replay does not upload it, and the
-	// timed replays below measure launches alone.
-	if err := g.Upload(s); err != nil {
+	if err := each((*rankOf).capture); err != nil {
 		return t, err
 	}
-	for k := range p.replays {
-		sample := k%100 == 0 || k == p.replays-1
+	for r := range p.replays {
+		sample := r%100 == 0 || r == p.replays-1
 		if sample { // new inputs, copied in stream order before the launch
-			if err := setInputs(k + 1); err != nil {
+			if err := each(func(k *rankOf) error { return k.setInputs(r + 1) }); err != nil {
 				return t, err
 			}
 		}
-		if err := g.Launch(s); err != nil {
+		if err := launch(); err != nil {
 			return t, err
 		}
 		if sample {
-			if err := check(k+1, fmt.Sprintf("replay %d", k)); err != nil {
+			if err := each(func(k *rankOf) error { return k.check(ctx, r+1, fmt.Sprintf("replay %d", r)) }); err != nil {
 				return t, err
 			}
 		}
 	}
 	// Timed: as many of the same all-reduces from the graph, then plainly,
-	// each run from fresh inputs and ending in a wait for the stream.
+	// each run from fresh inputs and ending in a wait for the streams.
 	timed := func(v int, what string, launch func() error) (time.Duration, error) {
-		if err := setInputs(v); err != nil {
+		if err := each(func(k *rankOf) error { return k.setInputs(v) }); err != nil {
 			return 0, err
 		}
-		if err := comm.Wait(ctx, s); err != nil {
+		if err := each(func(k *rankOf) error { return k.comm.Wait(ctx, k.s) }); err != nil {
 			return 0, err
 		}
 		start := time.Now()
@@ -267,17 +244,137 @@ func rank(ctx context.Context, lib *nccl.Library, id nccl.UniqueID, dev, n, r in
 				return 0, err
 			}
 		}
-		if err := comm.Wait(ctx, s); err != nil {
+		if err := each(func(k *rankOf) error { return k.comm.Wait(ctx, k.s) }); err != nil {
 			return 0, err
 		}
 		per := time.Since(start) / time.Duration(p.replays*p.ops)
-		return per, check(v, what)
+		return per, each(func(k *rankOf) error { return k.check(ctx, v, what) })
 	}
-	if t.graph, err = timed(p.replays+1, "timed replays", func() error { return g.Launch(s) }); err != nil {
+	if t.graph, err = timed(p.replays+1, "timed replays", launch); err != nil {
 		return t, err
 	}
-	t.plain, err = timed(p.replays+2, "timed plain steps", step)
+	t.plain, err = timed(p.replays+2, "timed plain steps", func() error { return each((*rankOf).step) })
 	return t, err
+}
+
+// rankOf is one rank: its communicator, stream, buffers and graph.
+type rankOf struct {
+	p       params
+	comm    *nccl.Comm
+	cu      *nccl.CUDA
+	n, r    int // ranks, and this one
+	s       nccl.Stream
+	in, out nccl.Buffer
+	host    []float32 // page-locked: the source of asynchronous copies
+	got     []float32
+	g       *nccl.Graph
+}
+
+// setUp makes the rank's stream and buffers.
+func (k *rankOf) setUp() (err error) {
+	dev := k.comm.Device()
+	if k.s, err = k.cu.NewStream(dev, nccl.StreamNonBlocking); err != nil {
+		return err
+	}
+	total := k.p.ops * k.p.n
+	alloc := func() (nccl.Buffer, error) { return k.cu.Alloc(dev, nccl.Float32, total) }
+	if k.p.symmetric { // every rank together; freed before the communicator is closed
+		alloc = func() (nccl.Buffer, error) { return k.comm.AllocSymmetric(nccl.Float32, total) }
+	}
+	if k.in, err = alloc(); err != nil {
+		return err
+	}
+	if k.out, err = alloc(); err != nil {
+		return err
+	}
+	if k.host, err = nccl.MallocHostOf[float32](k.cu, total); err != nil {
+		return err
+	}
+	k.got = make([]float32, total)
+	return nil
+}
+
+// release destroys the graph (before the communicator closes: NCCL >= 2.26
+// waits for graphs that hold it) and frees what setUp made.
+func (k *rankOf) release() {
+	if k.g != nil {
+		k.g.Destroy()
+	}
+	if k.host != nil {
+		nccl.FreeHostOf(k.cu, k.host)
+	}
+	for _, b := range []nccl.Buffer{k.in, k.out} {
+		if b.Len() > 0 {
+			b.Free()
+		}
+	}
+	if k.s != (nccl.Stream{}) {
+		k.s.Destroy()
+	}
+}
+
+// step is the step: op o all-reduces elements [o·n, (o+1)·n) of in into out.
+func (k *rankOf) step() error {
+	n := k.p.n
+	for o := range k.p.ops {
+		if err := k.comm.AllReduce(k.in.Slice(o*n, (o+1)*n), k.out.Slice(o*n, (o+1)*n), nccl.Sum, k.s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// capture records the step into the rank's graph (nothing runs) and uploads
+// it, so that its first replay does not upload it and the timed replays
+// measure launches alone.
+func (k *rankOf) capture() (err error) {
+	if k.g, err = k.cu.Capture(k.s, k.step); err != nil {
+		return err
+	}
+	return k.g.Upload(k.s)
+}
+
+// setInputs makes input v: rank r's is (r+1)·((i+v)%97) at element i, so the
+// sum is known.
+func (k *rankOf) setInputs(v int) error {
+	for i := range k.host {
+		k.host[i] = float32((k.r + 1) * ((i + v) % 97))
+	}
+	return nccl.CopyInAsync(k.in, k.host, k.s)
+}
+
+// check waits for the rank's stream and checks every element of input v's
+// sum.
+func (k *rankOf) check(ctx context.Context, v int, what string) error {
+	if err := k.comm.Wait(ctx, k.s); err != nil {
+		return err
+	}
+	if err := nccl.CopyOut(k.got, k.out); err != nil {
+		return err
+	}
+	for i, x := range k.got {
+		if want := float32(k.n * (k.n + 1) / 2 * ((i + v) % 97)); x != want {
+			return fmt.Errorf("rank %d, %s: all-reduce %d element %d = %v, want %v", k.r, what, i/k.p.n, i%k.p.n, x, want)
+		}
+	}
+	return nil
+}
+
+// explain adds to *err that the deadline passed, where it did.
+func explain(ctx context.Context, timeout time.Duration, err *error) {
+	if *err != nil && ctx.Err() != nil {
+		*err = fmt.Errorf("%w (the -timeout of %v passed: the communicators were aborted)", *err, timeout)
+	}
+}
+
+// closeAll closes comms together, giving them timeout, and reports its
+// failure in *err unless an earlier error is there.
+func closeAll(comms []*nccl.Comm, timeout time.Duration, err *error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if cerr := nccl.CloseAll(ctx, comms); cerr != nil && *err == nil {
+		*err = fmt.Errorf("close: %w", cerr)
+	}
 }
 
 // closeComm closes c, giving the other ranks timeout to close theirs too, and
