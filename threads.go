@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // A CUDA launch (a kernel's, a graph's, an NCCL operation's) holds its calling
@@ -37,31 +41,30 @@ type Threads struct {
 	devs []int
 	ws   []threadWorker
 
-	gen     atomic.Uint64 // the call's number: bumped to hand the threads a call
-	lock    atomic.Int32  // 1 while a call holds the threads (see release)
-	pending atomic.Int64  // threads yet to finish the call, plus callerLeft
-	parked  atomic.Bool   // the caller sleeps on done
-	done    chan struct{} // wakes the parked caller
-	spin    atomic.Int64  // how long a waiting side spins before it parks, ns
+	call     atomic.Uint32 // the call's number, bumped to hand the threads a call (a futex word)
+	sleepers atomic.Int32  // threads parked on call
+	lock     atomic.Int32  // 1 while a call holds the threads (see release)
+	pending  atomic.Int64  // threads yet to finish the call, plus callerLeft
+	finished atomic.Uint32 // bumped by the last thread to finish a call (a futex word)
+	waiting  atomic.Bool   // the caller is parked on finished
+	spin     atomic.Int64  // how long a waiting side spins before it parks, ns
 	procs   int           // GOMAXPROCS when made (see spinUntil)
 	closed  atomic.Bool
 	stop    sync.Once
 
-	// The call, written before gen is bumped and read by the threads after
-	// they see the new gen.
+	// The call, written before call is bumped and read by the threads after
+	// they see the new number.
 	kind    threadCall
 	fn      func(i int) error
 	graphs  []*Graph
 	streams []Stream
 }
 
-// threadWorker is one thread's side: what it returned and how to wake it. It
-// fills a cache line of its own: the thread writes it while the others spin.
+// threadWorker is what one thread's call returned, in a cache line of its
+// own: the thread writes it while the others spin.
 type threadWorker struct {
-	err    error
-	parked atomic.Bool
-	wake   chan struct{}
-	_      [96]byte
+	err error
+	_   [112]byte
 }
 
 type threadCall int
@@ -79,11 +82,13 @@ const callerLeft = 1 << 32
 
 // DefaultThreadSpin is how long, by default, a thread of a Threads spins for
 // its next call after finishing one, and a caller for the threads to finish,
-// before parking. It covers the gap between the launches of a loop; a thread
-// woken from parking takes several microseconds more. Spinning holds one of
-// the process's GOMAXPROCS per thread: with GOMAXPROCS not above the number
-// of threads nothing spins.
-const DefaultThreadSpin = 50 * time.Microsecond
+// before parking. It covers the gaps of a loop of launches, including the
+// launches that block while CUDA's queue is full (nccl-bench -threads'
+// plain loop: with a shorter spin every call paid a wake-up). Spinning holds
+// one of the process's GOMAXPROCS per thread: with GOMAXPROCS not above the
+// number of threads nothing spins. A service that calls rarely may prefer
+// SetSpin(0).
+const DefaultThreadSpin = time.Millisecond
 
 // NewThreads starts an OS thread for each of devices (a GPU may come more
 // than once), locked, with its device current. Thread i runs index i of
@@ -102,11 +107,10 @@ func (cu *CUDA) NewThreads(devices ...int) (*Threads, error) {
 		}
 	}
 	t := &Threads{cu: cu, devs: append([]int(nil), devices...), ws: make([]threadWorker, len(devices)),
-		done: make(chan struct{}, 1), procs: runtime.GOMAXPROCS(0)}
+		procs: runtime.GOMAXPROCS(0)}
 	t.spin.Store(int64(DefaultThreadSpin))
 	started := make(chan error, len(devices))
 	for i := range t.ws {
-		t.ws[i].wake = make(chan struct{}, 1)
 		go t.work(i, started)
 	}
 	var errs []error
@@ -237,8 +241,7 @@ func (t *Threads) release() {
 func (t *Threads) end() {
 	t.stop.Do(func() {
 		t.kind = callStop
-		t.gen.Add(1)
-		t.wakeAll()
+		t.handOut()
 	})
 }
 
@@ -249,49 +252,45 @@ func (t *Threads) start(kind threadCall) {
 	}
 	t.kind = kind
 	t.pending.Store(int64(len(t.ws)))
-	t.gen.Add(1)
-	t.wakeAll()
+	t.handOut()
 }
 
-// wakeAll wakes the threads that parked. A thread parks only after marking
-// itself parked and seeing no new call: with gen bumped before this reads
-// the marks, either it sees the call or this sees its mark (a spare token
-// left in wake only makes a later park look again).
-func (t *Threads) wakeAll() {
-	for i := range t.ws {
-		w := &t.ws[i]
-		if w.parked.Load() {
-			select {
-			case w.wake <- struct{}{}:
-			default:
-			}
-		}
+// handOut bumps the call's number and wakes the threads that parked. A
+// thread parks only after counting itself in sleepers and seeing no new
+// call, and the kernel's futex wait compares the number again: with the
+// number bumped before sleepers is read, either the thread sees the call or
+// this sees it asleep.
+func (t *Threads) handOut() {
+	t.call.Add(1)
+	if t.sleepers.Load() > 0 {
+		futexWake(&t.call)
 	}
 }
 
 // finish waits for the threads to finish the call, spinning, then parked,
 // until ctx ends; then the result.
 func (t *Threads) finish(ctx context.Context, op string) error {
-	if t.pending.Load() != 0 && !t.spinUntil(func() bool { return t.pending.Load() == 0 }) {
-		for {
-			t.parked.Store(true)
-			if t.pending.Load() == 0 {
-				t.parked.Store(false)
-				break
+	if !t.spinUntil(func() bool { return t.pending.Load() == 0 }) {
+		// Parked on the finished word, for at most a millisecond at a time
+		// where ctx can end: a futex knows no channel.
+		var slice *unix.Timespec
+		if ctx.Done() != nil {
+			slice = &unix.Timespec{Nsec: int64(time.Millisecond)}
+		}
+		for t.pending.Load() != 0 {
+			f := t.finished.Load()
+			t.waiting.Store(true)
+			if t.pending.Load() != 0 {
+				futexWait(&t.finished, f, slice)
 			}
-			select {
-			case <-t.done:
-			case <-ctx.Done():
-				t.parked.Store(false)
-				if v := t.pending.Add(callerLeft); v != callerLeft {
-					return fmt.Errorf("%s: %d of %d threads still running the call: %w", op, v-callerLeft, len(t.ws), ctx.Err())
-				}
-				t.pending.Add(-callerLeft) // all done meanwhile: the result stands
+			t.waiting.Store(false)
+			if ctx.Err() == nil {
+				continue
 			}
-			t.parked.Store(false)
-			if t.pending.Load() == 0 {
-				break
+			if v := t.pending.Add(callerLeft); v != callerLeft {
+				return fmt.Errorf("%s: %d of %d threads still running the call: %w", op, v-callerLeft, len(t.ws), ctx.Err())
 			}
+			t.pending.Add(-callerLeft) // all done meanwhile: the result stands
 		}
 	}
 	err := t.result()
@@ -352,9 +351,9 @@ func (t *Threads) work(i int, started chan<- error) {
 	t.cu.rt.TD.Used(dev)
 	started <- nil
 	w := &t.ws[i]
-	var seen uint64
+	var seen uint32
 	for {
-		seen = t.next(w, seen)
+		seen = t.next(seen)
 		var err error
 		switch t.kind {
 		case callStop:
@@ -369,23 +368,20 @@ func (t *Threads) work(i int, started chan<- error) {
 	}
 }
 
-// next waits for a call after seen, spinning, then parked; its number.
-func (t *Threads) next(w *threadWorker, seen uint64) uint64 {
-	if g := t.gen.Load(); g != seen {
-		return g
+// next waits for the call after seen, spinning, then parked; its number.
+func (t *Threads) next(seen uint32) uint32 {
+	if t.spinUntil(func() bool { return t.call.Load() != seen }) {
+		return t.call.Load()
 	}
-	t.spinUntil(func() bool { return t.gen.Load() != seen })
 	for {
-		if g := t.gen.Load(); g != seen {
-			return g
+		t.sleepers.Add(1)
+		if t.call.Load() == seen {
+			futexWait(&t.call, seen, nil)
 		}
-		w.parked.Store(true)
-		if g := t.gen.Load(); g != seen {
-			w.parked.Store(false)
-			return g
+		t.sleepers.Add(-1)
+		if c := t.call.Load(); c != seen {
+			return c
 		}
-		<-w.wake
-		w.parked.Store(false)
 	}
 }
 
@@ -394,15 +390,37 @@ func (t *Threads) next(w *threadWorker, seen uint64) uint64 {
 func (t *Threads) done1() {
 	switch t.pending.Add(-1) {
 	case 0:
-		if t.parked.Load() {
-			select {
-			case t.done <- struct{}{}:
-			default:
-			}
+		t.finished.Add(1)
+		if t.waiting.Load() {
+			futexWake(&t.finished)
 		}
 	case callerLeft:
 		t.pending.Store(0)
 		t.fn, t.graphs, t.streams = nil, nil, nil
 		t.release()
 	}
+}
+
+// The threads and their caller park in the kernel (futex), not on Go
+// channels: a goroutine readied through a channel waits in its waker's run
+// queue, and one locked to its thread waits further for the scheduler to
+// hand it its thread, while the waker spins on. Parked that way, every call
+// of nccl-bench -threads' plain loop waited out both sides' spin
+// (-threads-spin against -threads-spin 0 shows the cost).
+
+const (
+	futexWaitPrivate = 0 | 128 // FUTEX_WAIT | FUTEX_PRIVATE_FLAG
+	futexWakePrivate = 1 | 128 // FUTEX_WAKE | FUTEX_PRIVATE_FLAG
+)
+
+// futexWait sleeps while *addr holds val, until woken, for at most timeout
+// (nil: none), or spuriously.
+func futexWait(addr *atomic.Uint32, val uint32, timeout *unix.Timespec) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitPrivate, uintptr(val),
+		uintptr(unsafe.Pointer(timeout)), 0, 0)
+}
+
+// futexWake wakes every thread sleeping on addr.
+func futexWake(addr *atomic.Uint32) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakePrivate, math.MaxInt32, 0, 0, 0)
 }

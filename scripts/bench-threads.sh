@@ -26,7 +26,7 @@ MODE=${MODE-"-R 2 -G 20"}
 SIZES=${SIZES:-"-b 8 -e 4K -f 2"}
 ITERS=${ITERS:-"-n 100 -w 20"}
 T=${T:-$(bash .gpu/build-nccl-tests.sh)} || { echo "nccl-tests did not build"; exit 1; }
-B=.gpu/bin/nccl-bench
+B=${B:-.gpu/bin/nccl-bench}
 names=(tests-t tests-g bench-threads bench-g)
 # shellcheck disable=SC2086
 cmd() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"sync"
+	"time"
 
 	"github.com/gonccl/nccl"
 	"golang.org/x/sys/unix"
@@ -13,17 +14,18 @@ import (
 
 // settings are what the flags choose for a bench.
 type settings struct {
-	op       *operation
-	dt       nccl.DataType // -d, chosen at run time: buffers carry it
-	red      nccl.RedOp
-	root     int
-	grouped  bool   // -grouped: c.SetPath(nccl.Grouped)
-	maxBytes int    // -e: every send and receive buffer holds this much
-	perIter  bool   // -I: CUDA events around every iteration
-	graphs   int    // -G: launches of a CUDA graph holding the timed iterations (0: none)
-	register int    // -R: 0 none, 1 ncclCommRegister, 2 symmetric windows
-	graphDot string // -graph-dot: a folder for each captured graph's DOT text ("": none)
-	threads  bool   // -threads: the local GPUs' launches from nccl.Threads, one OS thread each
+	op         *operation
+	dt         nccl.DataType // -d, chosen at run time: buffers carry it
+	red        nccl.RedOp
+	root       int
+	grouped    bool          // -grouped: c.SetPath(nccl.Grouped)
+	maxBytes   int           // -e: every send and receive buffer holds this much
+	perIter    bool          // -I: CUDA events around every iteration
+	graphs     int           // -G: launches of a CUDA graph holding the timed iterations (0: none)
+	register   int           // -R: 0 none, 1 ncclCommRegister, 2 symmetric windows
+	graphDot   string        // -graph-dot: a folder for each captured graph's DOT text ("": none)
+	threads    bool          // -threads: the local GPUs' launches from nccl.Threads, one OS thread each
+	threadSpin time.Duration // -threads-spin
 }
 
 // The -R modes, nccl-tests' local_register.
@@ -184,6 +186,7 @@ func (b *bench) startThreads() error {
 	if b.th, err = b.lib.CUDA().NewThreads(devs...); err != nil {
 		return fmt.Errorf("-threads: %w", err)
 	}
+	b.th.SetSpin(b.threadSpin)
 	b.thGraphs = make([]*nccl.Graph, len(b.ranks))
 	b.step = func(i int) error {
 		a := &b.stepArgs

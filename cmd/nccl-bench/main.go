@@ -113,6 +113,7 @@ func main() {
 	perIter := flag.Int("I", 0, "per-iteration CUDA event timing (0 or 1): min, max, p99 and cv% of the iterations after each block")
 	ngpu := flag.Int("g", 1, "GPUs driven by each thread (-t): with one thread, by each process")
 	gpuThreads := flag.Bool("threads", false, "with -g > 1: each GPU's launches (its operations, its capture, its graph's) from a thread of its own that nccl.Threads keeps, one call from the process's goroutine for all; without, one thread makes them all in turn, as nccl-tests' -g")
+	threadSpin := flag.Duration("threads-spin", nccl.DefaultThreadSpin, "with -threads: how long the threads spin for the next call, and the caller for them, before parking (Threads.SetSpin)")
 	nthreads := flag.Int("t", 1, "threads per process, each driving -g GPUs from a goroutine locked to its own OS thread (nccl-tests' -t)")
 	graphs := flag.Int("G", 0, "CUDA graph launches: each size's -n iterations captured into a graph per GPU, launched this many times (0: no graph)")
 	graphDot := flag.String("graph-dot", "", "with -G: write each size's captured graph of every local GPU into this folder (made if missing) as Graphviz DOT, with each node's parameters (Graph.WriteDot)")
@@ -203,7 +204,7 @@ func main() {
 	}
 	lo := sizes[0]
 	benches, err := newBenches(lib, comms, *nthreads, *ngpu, settings{op: op, dt: dt, red: red, root: *root, grouped: *grouped, maxBytes: hi,
-		perIter: *perIter == 1, graphs: *graphs, register: *register, graphDot: *graphDot, threads: *gpuThreads})
+		perIter: *perIter == 1, graphs: *graphs, register: *register, graphDot: *graphDot, threads: *gpuThreads, threadSpin: *threadSpin})
 	if err != nil {
 		log.Fatalf("rank %d: %v", job.Rank, err)
 	}

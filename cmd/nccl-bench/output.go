@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 
 	"github.com/gonccl/nccl"
@@ -99,7 +100,7 @@ func (p *report) header() {
 	fmt.Fprintf(p.w, "# nranks %d: %d process(es)%s × %d GPU(s), launcher %s; warmup iters: %d iters: %d validation: %d graph: %d local_register: %d\n",
 		p.ranks, p.job.Size, threads, p.gpus, p.job.Launcher, p.warm, p.iters, p.check, p.graphs, p.register)
 	if p.gpuThreads {
-		fmt.Fprintf(p.w, "# -threads: each GPU's launches from a thread of its own (nccl.Threads), one call for all\n")
+		fmt.Fprintf(p.w, "# -threads: each GPU's launches from a thread of its own (nccl.Threads), one call for all; GOMAXPROCS %d\n", runtime.GOMAXPROCS(0))
 	}
 	if p.graphs > 0 {
 		fmt.Fprintf(p.w, "# CUDA Graph mode: the %d iterations of each size captured into a graph per GPU, launched %d times\n", p.iters, p.graphs)
