@@ -48,9 +48,9 @@ type Threads struct {
 	finished atomic.Uint32 // bumped by the last thread to finish a call (a futex word)
 	waiting  atomic.Bool   // the caller is parked on finished
 	spin     atomic.Int64  // how long a waiting side spins before it parks, ns
-	procs   int           // GOMAXPROCS when made (see spinUntil)
-	closed  atomic.Bool
-	stop    sync.Once
+	procs    int           // GOMAXPROCS when made (see spinUntil)
+	closed   atomic.Bool
+	stop     sync.Once
 
 	// The call, written before call is bumped and read by the threads after
 	// they see the new number.
