@@ -124,6 +124,29 @@ func TestParseNCCLBench(t *testing.T) {
 	}
 }
 
+// nccl-bench -threads says so in its header: the layout carries it.
+func TestParseThreads(t *testing.T) {
+	text := `# nccl-bench (gonccl) all_reduce, NCCL 2.28.3 from /usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3 (system loader)
+# nranks 2: 1 process(es) × 2 GPU(s), launcher none; warmup iters: 20 iters: 100 validation: 0 graph: 20 local_register: 2
+# -threads: each GPU's launches from a thread of its own (nccl.Threads), one call for all; GOMAXPROCS 32
+#
+#        size        count     type  redop   root        time    algbw    busbw #wrong        time    algbw    busbw #wrong
+            8            2    float    sum     -1        3.41     0.00     0.00    N/A        3.38     0.00     0.00    N/A
+# Out of bounds values : 0 OK
+`
+	runs, err := Parse(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 1 || !runs[0].GPUThreads || runs[0].Layout() != "-g 2 -threads" || runs[0].Mode() != "-R 2 -G 20" {
+		t.Fatalf("runs: %+v", runs)
+	}
+	runs, _ = Parse(strings.Replace(text, "# -threads:", "# other:", 1))
+	if len(runs) != 1 || runs[0].GPUThreads || runs[0].Layout() != "-g 2" {
+		t.Fatalf("without -threads: %+v", runs)
+	}
+}
+
 func TestParseJSON(t *testing.T) {
 	doc := `{"program":"nccl-bench","op":"all_reduce","nccl":"2.28.3","ranks":2,"processes":2,"threads_per_process":1,"gpus_per_thread":1,"gpus_per_process":1,` +
 		`"rows":[{"size":8,"count":2,"type":"float","redop":"sum","root":-1,"out_of_place_time_us":3.7,"out_of_place_cpu_time_us":2.1,"out_of_place_algbw":0,` +

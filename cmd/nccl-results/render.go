@@ -27,6 +27,7 @@ var blocks = []block{
 	{"standing", standingBlock},
 	{"thread-per-gpu", threadPerGPUBlock},
 	{"one-thread", oneThreadBlock},
+	{"threads", threadsBlock},
 	{"layouts", layoutsBlock},
 	{"np-graph", npGraphBlock},
 	{"operations", operationsBlock},
@@ -138,6 +139,8 @@ const (
 	t2g1Tests   = "h200x2-nccl2.28.3-t2g1-nccl-tests.json"
 	g2Bench     = "h200x2-nccl2.28.3-g2-nccl-bench.json"
 	g2Tests     = "h200x2-nccl2.28.3-g2-nccl-tests.json"
+	thBench     = "h200x2-nccl2.28.3-threads-nccl-bench.json"
+	thTests     = "h200x2-nccl2.28.3-threads-nccl-tests.json"
 	bw2Bench    = "h200x2-nccl2.28.3-bw-nccl-bench.json"
 	bw2Tests    = "h200x2-nccl2.28.3-bw-nccl-tests.json"
 	modesBench  = "h100x4-nccl2.28.3-modes-nccl-bench.json"
@@ -280,6 +283,45 @@ func oneThreadBlock(res Results, _ BenchSets) string {
 			sw, swm = sw+w, swm+w*e.m
 		}
 		fmt.Fprintf(&b, "| `%s`, %d hosts | weighted by 1/se² | | | | %s (%.2f) | |\n", l, len(pooled[l]), sgn(swm/sw), 1/math.Sqrt(sw))
+	}
+	return b.String()
+}
+
+// threadsBlock: one goroutine driving every GPU through nccl.Threads
+// (nccl-bench -g N -threads) beside nccl-tests' -t N -g 1 and -g N and
+// nccl-bench's -g N, per mode: each run's mean time over its sizes, and the
+// per-round difference to nccl-tests -t N -g 1 (scripts/bench-threads.sh).
+func threadsBlock(res Results, _ BenchSets) string {
+	bench, tests := res.Get(thBench), res.Get(thTests)
+	var b strings.Builder
+	b.WriteString("| mode | program | layout | rounds | mean µs | − nccl-tests `-t N -g 1`: mean (se) |\n|---|---|---|---:|---:|---:|\n")
+	meanOf := func(r *Run) float64 {
+		var v []float64
+		for _, w := range r.Rows {
+			v = append(v, us(r, w.Size))
+		}
+		return mean(v)
+	}
+	modes, byMode := groupBy(append(append([]Run{}, tests...), bench...), func(r *Run) string { return r.Mode() })
+	for _, m := range modes {
+		ref := map[int]float64{}
+		for _, r := range byMode[m] {
+			if r.Program == "nccl-tests" && r.Threads > 1 {
+				ref[r.Round] = meanOf(&r)
+			}
+		}
+		layouts, byLayout := groupBy(byMode[m], func(r *Run) string { return r.Program + " " + r.Layout() })
+		for _, l := range layouts {
+			runs := byLayout[l]
+			var t, d []float64
+			for _, r := range runs {
+				t = append(t, meanOf(&r))
+				if x, ok := ref[r.Round]; ok {
+					d = append(d, meanOf(&r)-x)
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | `%s` | %d | %s | %s (%.2f) |\n", code(m), runs[0].Program, runs[0].Layout(), len(runs), f2(mean(t)), sgn(mean(d)), stderr(d))
+		}
 	}
 	return b.String()
 }
@@ -544,6 +586,24 @@ func standingBlock(res Results, bench BenchSets) string {
 	if g2 := pair(res.Get(g2Tests, mode("-R 2 -G 10")), res.Get(g2Bench, mode("-R 2 -G 10")), 8); len(g2.diff) > 0 {
 		fmt.Fprintf(&b, "- **One thread driving 2 GPUs** (`-g 2 -R 2 -G 10`, 2 × H200): nccl-bench %s µs, nccl-tests %s µs (medians of %d rounds; difference %s, se %.2f).\n",
 			f2(median(g2.bench)), f2(median(g2.tests)), len(g2.diff), sgn(mean(g2.diff)), stderr(g2.diff))
+	}
+	if th := res.Get(thBench); len(th) > 0 {
+		var d []float64
+		ref := map[int]float64{}
+		for _, r := range res.Get(thTests, mode("-R 2 -G 20")) {
+			if r.Threads > 1 {
+				ref[r.Round] = us(&r, 8)
+			}
+		}
+		var t []float64
+		for _, r := range res.Get(thBench, mode("-R 2 -G 20")) {
+			if r.GPUThreads {
+				t = append(t, us(&r, 8))
+				d = append(d, us(&r, 8)-ref[r.Round])
+			}
+		}
+		fmt.Fprintf(&b, "- **One goroutine driving 2 GPUs through `nccl.Threads`** (`-g 2 -threads -R 2 -G 20`, 2 × H200), 8-byte all-reduce: nccl-bench %s µs, %s µs against nccl-tests with a thread per GPU (mean of %d rounds, se %.2f), ahead of nccl-tests from one thread ([below](#one-goroutine-driving-several-gpus--g-n--threads)).\n",
+			f2(median(t)), sgn(mean(d)), len(d), stderr(d))
 	}
 	np := comparisons(res, npBench, npTests)
 	fmt.Fprintf(&b, "- **One process per GPU** (`-np 2`, `-np 4`, 4 × H100), 8 B from a graph over symmetric buffers: nccl-bench %s and %s µs, nccl-tests %s and %s µs.\n",
