@@ -121,10 +121,12 @@ func (c *Comm) alltoallvNative(send, recv Buffer, m Layout, s Stream) error {
 	rc, rd := uintptr(unsafe.Pointer(&m.RecvCounts[0])), uintptr(unsafe.Pointer(&m.RecvDispls[0]))
 	var err error
 	if l.a2avABI == 10 {
-		o := capi.AlltoAllv10(uintptr(send.ptr), sc, sd, uintptr(recv.ptr), rc, rd, 0, recv.dt, s.h)
+		var o capi.Op
+		capi.AlltoAllv10(&o, uintptr(send.ptr), sc, sd, uintptr(recv.ptr), rc, rd, 0, recv.dt, s.h)
 		err = c.stream(&o)
 	} else {
-		o := capi.AlltoAllv11(uintptr(send.ptr), sc, sd, uintptr(recv.ptr), rc, rd, 0, 0, recv.dt, s.h)
+		var o capi.Op
+		capi.AlltoAllv11(&o, uintptr(send.ptr), sc, sd, uintptr(recv.ptr), rc, rd, 0, 0, recv.dt, s.h)
 		err = c.stream(&o)
 	}
 	l.unpinAfter(pin) // inside a group, NCCL reads them when it launches

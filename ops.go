@@ -38,7 +38,8 @@ func (c *Comm) AllReduce(send, recv Buffer, op RedOp, s Stream) error {
 	if err != nil {
 		return err
 	}
-	o := capi.AllReduce(uintptr(send.ptr), uintptr(recv.ptr), recv.n, recv.dt, op, s.h)
+	var o capi.Op
+	capi.AllReduce(&o, uintptr(send.ptr), uintptr(recv.ptr), recv.n, recv.dt, op, s.h)
 	return c.stream(&o)
 }
 
@@ -65,7 +66,8 @@ func (c *Comm) Broadcast(send, recv Buffer, root int, s Stream) error {
 	if c.rank != root {
 		send.ptr = recv.ptr
 	}
-	o := capi.Broadcast(uintptr(send.ptr), uintptr(recv.ptr), recv.n, recv.dt, root, s.h)
+	var o capi.Op
+	capi.Broadcast(&o, uintptr(send.ptr), uintptr(recv.ptr), recv.n, recv.dt, root, s.h)
 	return c.stream(&o)
 }
 
@@ -99,7 +101,8 @@ func (c *Comm) Reduce(send, recv Buffer, op RedOp, root int, s Stream) error {
 	if c.rank != root {
 		recv.ptr = send.ptr
 	}
-	o := capi.Reduce(uintptr(send.ptr), uintptr(recv.ptr), send.n, send.dt, op, root, s.h)
+	var o capi.Op
+	capi.Reduce(&o, uintptr(send.ptr), uintptr(recv.ptr), send.n, send.dt, op, root, s.h)
 	return c.stream(&o)
 }
 
@@ -119,7 +122,8 @@ func (c *Comm) AllGather(send, recv Buffer, s Stream) error {
 			return err
 		}
 	}
-	o := capi.AllGather(uintptr(send.ptr), uintptr(recv.ptr), send.n, send.dt, s.h)
+	var o capi.Op
+	capi.AllGather(&o, uintptr(send.ptr), uintptr(recv.ptr), send.n, send.dt, s.h)
 	return c.stream(&o)
 }
 
@@ -145,7 +149,8 @@ func (c *Comm) ReduceScatter(send, recv Buffer, op RedOp, s Stream) error {
 	if err != nil {
 		return err
 	}
-	o := capi.ReduceScatter(uintptr(send.ptr), uintptr(recv.ptr), recv.n, recv.dt, op, s.h)
+	var o capi.Op
+	capi.ReduceScatter(&o, uintptr(send.ptr), uintptr(recv.ptr), recv.n, recv.dt, op, s.h)
 	return c.stream(&o)
 }
 
@@ -172,7 +177,8 @@ func (c *Comm) Send(buf Buffer, peer int, s Stream) error {
 			return err
 		}
 	}
-	o := capi.Send(uintptr(buf.ptr), buf.n, buf.dt, peer, s.h)
+	var o capi.Op
+	capi.Send(&o, uintptr(buf.ptr), buf.n, buf.dt, peer, s.h)
 	return c.stream(&o)
 }
 
@@ -194,7 +200,8 @@ func (c *Comm) Recv(buf Buffer, peer int, s Stream) error {
 			return err
 		}
 	}
-	o := capi.Recv(uintptr(buf.ptr), buf.n, buf.dt, peer, s.h)
+	var o capi.Op
+	capi.Recv(&o, uintptr(buf.ptr), buf.n, buf.dt, peer, s.h)
 	return c.stream(&o)
 }
 
@@ -222,7 +229,8 @@ func (c *Comm) AlltoAll(send, recv Buffer, s Stream) error {
 		return err
 	}
 	if native {
-		o := capi.AlltoAll(uintptr(send.ptr), uintptr(recv.ptr), k, send.dt, s.h)
+		var o capi.Op
+		capi.AlltoAll(&o, uintptr(send.ptr), uintptr(recv.ptr), k, send.dt, s.h)
 		return c.stream(&o)
 	}
 	g, mark, err := c.lib.groupBegin()
@@ -267,7 +275,8 @@ func (c *Comm) Gather(send, recv Buffer, root int, s Stream) error {
 		return err
 	}
 	if native {
-		o := capi.Gather(uintptr(send.ptr), uintptr(recv.ptr), k, send.dt, root, s.h)
+		var o capi.Op
+		capi.Gather(&o, uintptr(send.ptr), uintptr(recv.ptr), k, send.dt, root, s.h)
 		return c.stream(&o)
 	}
 	g, mark, err := c.lib.groupBegin()
@@ -313,7 +322,8 @@ func (c *Comm) Scatter(send, recv Buffer, root int, s Stream) error {
 		return err
 	}
 	if native {
-		o := capi.Scatter(uintptr(send.ptr), uintptr(recv.ptr), k, recv.dt, root, s.h)
+		var o capi.Op
+		capi.Scatter(&o, uintptr(send.ptr), uintptr(recv.ptr), k, recv.dt, root, s.h)
 		return c.stream(&o)
 	}
 	g, mark, err := c.lib.groupBegin()

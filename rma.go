@@ -60,7 +60,8 @@ func (c *Comm) PutSignal(src Buffer, peer int, win Window, offset int, s Stream)
 	case !c.inSymmetricWindow(uintptr(src.ptr), bytes):
 		return argError(name, "src is not inside a symmetric window of this communicator (AllocSymmetric, or RegisterWindow with WinCollSymmetric)")
 	}
-	o := capi.PutSignal(uintptr(src.ptr), src.n, src.dt, peer, win.h, uintptr(offset), 0, 0, 0, s.h)
+	var o capi.Op
+	capi.PutSignal(&o, uintptr(src.ptr), src.n, src.dt, peer, win.h, uintptr(offset), 0, 0, 0, s.h)
 	return c.stream(&o)
 }
 
@@ -80,7 +81,8 @@ func (c *Comm) Signal(peer int, s Stream) error {
 	if err := c.checkStream(name, s); err != nil {
 		return err
 	}
-	o := capi.Signal(peer, 0, 0, 0, s.h)
+	var o capi.Op
+	capi.Signal(&o, peer, 0, 0, 0, s.h)
 	return c.stream(&o)
 }
 
@@ -122,7 +124,8 @@ func (c *Comm) WaitSignal(waits []WaitSignalDesc, s Stream) error {
 	// when the group launches: pinned until then.
 	pin := c.lib.pinner()
 	pin.Pin(&waits[0])
-	o := capi.WaitSignal(len(waits), unsafe.Pointer(&waits[0]), s.h)
+	var o capi.Op
+	capi.WaitSignal(&o, len(waits), unsafe.Pointer(&waits[0]), s.h)
 	err := c.stream(&o)
 	c.lib.unpinAfter(pin)
 	return err

@@ -39,6 +39,29 @@ func callCostBlock(_ Results, bench BenchSets) string {
 	return b.String()
 }
 
+// callAccountBlock: where Comm.AllReduce's time over cgo goes, from the
+// benchmarks that add one part of the hot path at a time to the same C call
+// (internal/cgobench): the crossing (gonccl's call path against cgo's), the
+// two atomic adds that count the call in and out of the communicator, then
+// the argument and capture checks and Go's calls between them, and the
+// thread-device guard. Each part is the difference of two medians; what the
+// asymmetric scheme (plain marks, membarrier on Abort's side) would save
+// stands beside them.
+func callAccountBlock(_ Results, bench BenchSets) string {
+	var b strings.Builder
+	b.WriteString("| machine | cgo ns/op | the crossing | counting in and out | checks and Go calls | `Comm.AllReduce` ns/op | over cgo | the guard (device 1) | plain marks instead of the adds |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range bench {
+		m := func(name string) float64 { return median(s.NsOp[name]) }
+		if len(s.NsOp["AllReduceCcall"]) == 0 || len(s.NsOp["AllReduceCcallLifecycle"]) == 0 {
+			continue
+		}
+		cgo, bare, life, full := m("AllReduceCgo"), m("AllReduceCcall"), m("AllReduceCcallLifecycle"), m("AllReduceGonccl")
+		fmt.Fprintf(&b, "| %s | %.1f | %+.1f | %+.1f | %+.1f | %.1f | %+.1f | %+.1f | %+.1f |\n", s.label(), cgo, bare-cgo, life-bare, full-life, full, full-cgo,
+			m("AllReduceGoncclDevice1")-full, m("AllReduceCcallAsymmetric")-life)
+	}
+	return b.String()
+}
+
 // groupCostBlock: a Group around one Comm.AllReduce per GPU against the same
 // calls made from C, by GPUs: medians, and minima, which move least.
 func groupCostBlock(_ Results, bench BenchSets) string {

@@ -35,6 +35,7 @@ var blocks = []block{
 	{"nonblocking", nonblockingBlock},
 	{"alltoallv", alltoallvBlock},
 	{"call-cost", callCostBlock},
+	{"call-account", callAccountBlock},
 	{"group-cost", groupCostBlock},
 }
 
