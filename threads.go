@@ -151,6 +151,8 @@ func (t *Threads) SetSpin(d time.Duration) {
 // and device. fn runs with the thread's device current and may call any
 // gonccl method (a rank's operations, a Group of them, a capture).
 //
+// A panic in fn ends the program, as in any goroutine.
+//
 // If ctx ends first, Run returns an error wrapping ctx.Err() and leaves the
 // calls running: the threads take the next call once the last has returned,
 // and their errors are not reported. Close or Abort the communicators that
