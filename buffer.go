@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/gonccl/nccl/abi"
 )
 
 // DevicePtr is an address in device memory (or any address NCCL accepts as a
@@ -237,6 +239,24 @@ func (b Buffer) ReadBytes(p []byte) error {
 		return err
 	}
 	return cu.OnDevice(b.mem.dev, func() error { return cu.copyFromDevice(p, b.ptr) })
+}
+
+// copyToDevice copies src to dst and waits for the bytes to land: a pageable
+// cudaMemcpy returns once the data is staged, before its DMA lands, and work on
+// a non-blocking stream is not ordered after it, so this also waits for the
+// legacy stream of the current device, which carries that DMA. The caller has
+// made the destination's device current.
+func (cu *CUDA) copyToDevice(dst DevicePtr, src []byte) error {
+	if err := cu.rt.Memcpy(uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), abi.MemcpyHostToDevice); err != nil {
+		return err
+	}
+	return cu.rt.StreamSynchronize(0)
+}
+
+// copyFromDevice copies device memory at src into dst, synchronously, on the
+// current device.
+func (cu *CUDA) copyFromDevice(dst []byte, src DevicePtr) error {
+	return cu.rt.Memcpy(uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), abi.MemcpyDeviceToHost)
 }
 
 // Memset sets every byte of b to v, synchronously.
