@@ -137,32 +137,12 @@ func (c *Comm) keep(p *uintptr) {
 	c.keptMu.Unlock()
 }
 
-// settled finishes a call on a non-blocking communicator: NCCL may have left
-// it in progress (a launch, a registration) and takes no other call until it
-// is done. Blocking communicators return err unchanged.
-func (c *Comm) settled(op string, err error) error {
-	if c.blocking || err != nil && !isInProgress(err) {
-		return err
-	}
-	return c.settle(op)
-}
-
 const (
 	stOpen     int32 = iota
 	stClosing        // Close is finalizing: only its own calls enter
 	stAborting       // Abort was asked for: nothing enters; the last call out frees
 	stClosed
 )
-
-// newComm wraps a handle NCCL returned and counts it open in the library, in
-// the clique of key (see clique).
-func (l *Library) newComm(h uintptr, dev, rank, nranks int, blocking bool, cfg *configBuffer, key uint64) *Comm {
-	c := &Comm{lib: l, h: h, dev: dev, rank: rank, nranks: nranks, blocking: blocking, cfg: cfg, done: make(chan struct{})}
-	c.lastStream.Store(noStream)
-	l.joinClique(c, key)
-	l.track(c)
-	return c
-}
 
 const callMask = 1<<32 - 1
 

@@ -207,22 +207,3 @@ func (l *Library) GrowRank(ctx context.Context, dev int, id UniqueID, nranks, ra
 		return l.nc.CommGrow(0, nranks, (*abi.UniqueID)(idp), rank, uintptr(unsafe.Pointer(h)), cfgPtr)
 	})
 }
-
-// confirmDevice checks that NCCL bound the communicator to the device gonccl
-// records for it (ncclCommCuDevice): Device answers from that record.
-func (c *Comm) confirmDevice(op string) error {
-	h, err := c.enter("ncclCommCuDevice", false)
-	if err != nil {
-		return err
-	}
-	d := new(int32)
-	err = c.lib.nc.CommCuDevice(h, d)
-	c.exit()
-	if err != nil {
-		return err
-	}
-	if int(*d) != c.dev {
-		return &Error{Op: op, Code: abi.InternalError, Msg: fmt.Sprintf("NCCL made the communicator on device %d, not %d", *d, c.dev)}
-	}
-	return nil
-}

@@ -265,6 +265,18 @@ func (c *Comm) waitReady(ctx context.Context, op string, closing bool) error {
 	})
 }
 
+// ready waits for a new non-blocking communicator to finish joining; on
+// failure or ctx's end it aborts it.
+func (c *Comm) ready(ctx context.Context, op string) error {
+	if c.blocking {
+		return nil
+	}
+	if err := c.waitReady(ctx, op, false); err != nil {
+		return c.abortAfter(err)
+	}
+	return nil
+}
+
 // pollVerdict is a wait's verdict on one poll: done, still in progress, or the
 // communicator's failure.
 func (c *Comm) pollVerdict(op string, r abi.Result, err error) (bool, error) {
@@ -284,6 +296,16 @@ func (c *Comm) pollVerdict(op string, r abi.Result, err error) (bool, error) {
 // communicator until then. Abort ends the wait.
 func (c *Comm) settle(op string) error {
 	return c.waitReady(context.Background(), op, false)
+}
+
+// settled finishes a call on a non-blocking communicator: NCCL may have left
+// it in progress (a launch, a registration) and takes no other call until it
+// is done. Blocking communicators return err unchanged.
+func (c *Comm) settled(op string, err error) error {
+	if c.blocking || err != nil && !isInProgress(err) {
+		return err
+	}
+	return c.settle(op)
 }
 
 // settleHeld is settle for a caller that holds a call counted in (the
