@@ -67,6 +67,10 @@ func (c *Comm) Revoke(ctx context.Context) error {
 	return nil
 }
 
+// Revoked reports whether Revoke (or a Wait under RevokeOnDeadline) revoked
+// the communicator: its operations fail, and Shrink, Split and Close remain.
+func (c *Comm) Revoked() bool { return c.made() && c.revoked.Load() }
+
 // Shrink makes a communicator of c's ranks without those in exclude
 // (ncclCommShrink, NCCL >= 2.27), returning by ctx's end in both modes as
 // Split does, renumbered in order: rank r becomes r minus the number of
