@@ -128,6 +128,21 @@ type Comm struct {
 	userOps map[RedOp]DataType // PreMulSum ops made here, by their data type
 }
 
+// streamSet is the streams a communicator's operations were enqueued on (see
+// noteStream, waitOutstanding). The hot path compares a stream with the last one noted (one atomic load);
+// only a change takes the lock.
+type streamSet struct {
+	mu   sync.Mutex
+	list []uintptr
+}
+
+// windowSpan is a registered window: its handle and the memory it covers (see
+// registerWindow).
+type windowSpan struct {
+	h, base, size uintptr
+	symmetric     bool
+}
+
 // keep holds p, a place NCCL may still write to because the wait for the
 // call that was given it ended early (an abort, a context), until the
 // communicator is freed. A wait that completes reads p and needs no keeping.
@@ -267,7 +282,7 @@ func (c *Comm) free(sym int) error {
 	c.freeErr = err
 	c.moveState(stClosed, stOpen, stClosing, stAborting)
 	c.cfg.free()
-	c.lib.untrack(c)
+	c.lib.untrack()
 	c.lib.leaveClique(c, sym == capi.FnCommAbort)
 	close(c.done)
 	return err

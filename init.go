@@ -183,7 +183,7 @@ func (l *Library) newComm(h uintptr, dev, rank, nranks int, blocking bool, cfg *
 	c := &Comm{lib: l, h: h, dev: dev, rank: rank, nranks: nranks, blocking: blocking, cfg: cfg, done: make(chan struct{})}
 	c.lastStream.Store(noStream)
 	l.joinClique(c, key)
-	l.track(c)
+	l.track()
 	return c
 }
 
