@@ -234,6 +234,19 @@ func (c *Comm) refuse(op string) error {
 	return &ClosedError{Op: op, What: "communicator"}
 }
 
+// busyError is a call on a non-blocking communicator while another
+// goroutine's launch on it runs. NCCL refuses such a call inside
+// (ncclCommEnsureReady: "Attempt to use communicator before the previous
+// operation returned ncclSuccess") and makes the refusal the communicator's
+// error for good (enqueue.cc, ncclEnqueueCheck's fail path), so gonccl refuses
+// it first.
+//
+//go:noinline
+func busyError(op string) error {
+	return &Error{Op: op, Code: abi.InvalidUsage, Msg: "another goroutine's operation on this non-blocking communicator is still launching: " +
+		"NCCL takes one call at a time on it and would have left it in error (issue a communicator's operations from one goroutine)"}
+}
+
 // exit ends a call; the last call out of an aborted communicator frees it.
 // Small enough to inline: one atomic add and a test.
 func (c *Comm) exit() {
@@ -325,6 +338,19 @@ func (c *Comm) Abort() error {
 		return c.abortFree()
 	}
 	return nil
+}
+
+// afterCutShort follows a non-blocking launch whose wait an Abort (or Close)
+// cut short: NCCL's launch thread may still be enqueuing the operation on
+// the caller's stream, and stops only once ncclCommAbort has run. The call
+// returns after that (the communicator is freed: Done), so that nothing more
+// reaches the stream: a Synchronize of it then covers all the work, and the
+// buffers may be freed. The caller's count is already given back, so the
+// abort can go ahead.
+//
+//go:noinline
+func (c *Comm) afterCutShort() {
+	<-c.done
 }
 
 // openOr is nil while the communicator is open, else op's error matching
