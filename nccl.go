@@ -305,7 +305,7 @@ func (l *Library) failure(sym int, r abi.Result) error {
 		// NCCL connected ranks (or allocated) on a thread a capture forbade
 		// it: a capture gonccl did not begin, whose thread it cannot relax
 		// (see CUDA.relax).
-		return &Error{Op: capi.NCCLSymbols[sym].Name, Code: r, capture: true, Msg: msg + captureHint}
+		return &Error{Op: capi.NCCLSymbols[sym].Name, Code: r, duringCapture: true, Msg: msg + captureHint}
 	}
 	return &Error{Op: capi.NCCLSymbols[sym].Name, Code: r, Msg: msg}
 }
