@@ -71,7 +71,7 @@ func (c *Comm) AlltoAllv(send, recv Buffer, m Layout, s Stream) error {
 		return argError(name, "the native ncclAlltoAllv needs the matrix form and buffers from AllocSymmetric")
 	}
 	if native && !local && windows {
-		if !capturing(s) {
+		if !capturesGraph(s) {
 			return c.alltoallvNative(send, recv, m, s)
 		}
 		// VCCL 2.29.2 cannot capture its native call: ncclLaunchRmaColl
@@ -188,10 +188,10 @@ func (m Layout) check(n, me, sendLen, recvLen int, local bool) error {
 	return nil
 }
 
-// capturing reports whether s is capturing a CUDA graph, by whomever: one
+// capturesGraph reports whether s is capturing a CUDA graph, by whomever: one
 // cudaStreamIsCapturing. The legacy stream cannot capture, and a stream
 // whose state cannot be read counts as not capturing.
-func capturing(s Stream) bool {
+func capturesGraph(s Stream) bool {
 	if s.h == 0 {
 		return false
 	}

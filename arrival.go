@@ -30,13 +30,6 @@ import (
 // matching ErrInvalidUsage: nothing reached NCCL. Other goroutines wait as
 // NCCL would, outside NCCL, where Abort and Close reach them.
 
-// ArrivalGrace is how long, by default, the goroutine that made the ranks of
-// a communicator held in this process (InitAll, a Group of InitRanks) waits,
-// at a rank's first operation outside a Group, for the other ranks' first
-// operations from other goroutines before it is refused (see Comm and
-// WithArrivalGrace).
-const ArrivalGrace = 3 * time.Second
-
 // arrival is a clique's meeting of first operations.
 type arrival struct {
 	members atomic.Int32 // members held here (joinClique, leaveClique)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/gonccl/nccl/abi"
 )
 
 // DevicePtr is an address in device memory (or any address NCCL accepts as a
@@ -143,47 +145,6 @@ func bufferSize(op string, dt DataType, n int) (int, error) {
 	return byteSize(op, n, dt.Size())
 }
 
-// Free frees the memory of an allocation made by gonccl: cudaFree on its
-// device, ncclMemFree, or for a symmetric buffer the window's deregistration
-// (collective: every rank frees together) and ncclMemFree; memory from
-// MallocAsync is freed in stream order on its allocation stream (cudaFreeAsync,
-// without waiting; FreeAsync picks another stream). Pass the buffer the
-// allocation returned, not a slice of it. Memory from Wrap is refused.
-func (b Buffer) Free() error {
-	const op = "Free"
-	m := b.mem
-	switch {
-	case m == nil:
-		return argError(op, zeroBuffer)
-	case m.kind == allocForeign:
-		return argError(op, "memory from Wrap belongs to whoever allocated it")
-	case b.ptr != m.base || b.n != m.n:
-		return argError(op, "a slice of an allocation (elements %d to %d of %d): free the buffer Alloc returned", int(b.ptr-m.base)/b.dt.Size(), int(b.ptr-m.base)/b.dt.Size()+b.n, m.n)
-	}
-	if m.kind == allocCUDA { // cudaFree waits for the device
-		if err := m.cu.refuseDevice("cudaFree", m.dev); err != nil {
-			return err
-		}
-	}
-	if m.kind == allocStream {
-		return b.FreeAsync(Stream{cu: m.cu, h: m.stream, dev: m.dev})
-	}
-	if !m.freed.CompareAndSwap(false, true) {
-		return argError(op, "buffer at %#x already freed", uintptr(b.ptr))
-	}
-	switch m.kind {
-	case allocCUDA:
-		return m.cu.OnDevice(m.dev, func() error { return m.cu.rt.Free(uintptr(m.base)) })
-	case allocSymmetric:
-		err := m.comm.DeregisterWindow(Window{h: m.win, comm: m.comm})
-		if ferr := m.lib.memFree(m.dev, m.base); err == nil {
-			err = ferr
-		}
-		return err
-	}
-	return m.lib.memFree(m.dev, m.base)
-}
-
 // zeroBuffer is how errors name the zero Buffer.
 const zeroBuffer = "the zero Buffer (not allocated: make one with CUDA.Alloc, CUDA.MallocAsync, Library.MemAlloc or CUDA.Wrap)"
 
@@ -237,6 +198,24 @@ func (b Buffer) ReadBytes(p []byte) error {
 		return err
 	}
 	return cu.OnDevice(b.mem.dev, func() error { return cu.copyFromDevice(p, b.ptr) })
+}
+
+// copyToDevice copies src to dst and waits for the bytes to land: a pageable
+// cudaMemcpy returns once the data is staged, before its DMA lands, and work on
+// a non-blocking stream is not ordered after it, so this also waits for the
+// legacy stream of the current device, which carries that DMA. The caller has
+// made the destination's device current.
+func (cu *CUDA) copyToDevice(dst DevicePtr, src []byte) error {
+	if err := cu.rt.Memcpy(uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), abi.MemcpyHostToDevice); err != nil {
+		return err
+	}
+	return cu.rt.StreamSynchronize(0)
+}
+
+// copyFromDevice copies device memory at src into dst, synchronously, on the
+// current device.
+func (cu *CUDA) copyFromDevice(dst []byte, src DevicePtr) error {
+	return cu.rt.Memcpy(uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), abi.MemcpyDeviceToHost)
 }
 
 // Memset sets every byte of b to v, synchronously.

@@ -32,6 +32,12 @@ type capture struct {
 	comms  []*Comm   // communicators whose operations were captured
 }
 
+// cudaStreamCaptureMode
+const (
+	captureModeThreadLocal = 1
+	captureModeRelaxed     = 2
+)
+
 func (c *capture) refuse(op, msg string) error {
 	return &CaptureError{Op: op, Device: c.dev, Stream: c.stream, Msg: msg}
 }

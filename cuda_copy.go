@@ -6,8 +6,8 @@ import (
 	"github.com/gonccl/nccl/abi"
 )
 
-// Stream-ordered copies between typed host slices and buffers, and page-locked
-// host memory of a given element type.
+// Stream-ordered copies between typed host slices and buffers (and between raw
+// addresses), and page-locked host memory.
 
 // CopyInAsync enqueues on s a copy of host into the start of b, whose type must
 // be T's. From ordinary Go memory CUDA stages the bytes before it returns, so
@@ -96,6 +96,21 @@ func CopyAsync(dst, src Buffer, s Stream) error {
 	return dst.mem.cu.memcpyAsync(uintptr(dst.ptr), uintptr(src.ptr), uintptr(src.Size()), s)
 }
 
+// MemcpyAsync enqueues a copy of n bytes from src to dst on s; both are device
+// or page-locked host addresses (the runtime tells which, by unified addressing).
+func (cu *CUDA) MemcpyAsync(dst, src uintptr, n int, s Stream) error {
+	if cu == nil {
+		return nilCUDA("MemcpyAsync")
+	}
+	if n < 0 {
+		return argError("cudaMemcpyAsync", "negative size %d", n)
+	}
+	if !s.alive() {
+		return destroyedStream("cudaMemcpyAsync")
+	}
+	return cu.rt.MemcpyAsync(dst, src, uintptr(n), abi.MemcpyDefault, s.h)
+}
+
 // memcpyAsync enqueues a copy of n bytes on s: on the legacy stream of s's
 // device when s is one (not the calling thread's current device's). A host
 // address converted from a Go pointer in the call's arguments keeps its
@@ -130,6 +145,39 @@ func checkAsyncCopy(op string, b Buffer, dt DataType, n int, s Stream) error {
 		return argError(op, "stream on device %d, buffer on device %d", s.dev, b.mem.dev)
 	}
 	return nil
+}
+
+// MallocHost allocates size bytes of page-locked host memory, usable by
+// asynchronous copies. Free it with FreeHost; Go does not.
+func (cu *CUDA) MallocHost(size int) ([]byte, error) {
+	if cu == nil {
+		return nil, nilCUDA("MallocHost")
+	}
+	if size <= 0 {
+		return nil, argError("cudaMallocHost", "size %d: must be positive", size)
+	}
+	if err := cu.refuseHere("cudaMallocHost"); err != nil {
+		return nil, err
+	}
+	var p uintptr
+	if err := cu.rt.MallocHost(&p, uintptr(size)); err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), size), nil
+}
+
+// FreeHost frees memory from MallocHost.
+func (cu *CUDA) FreeHost(b []byte) error {
+	if cu == nil {
+		return nilCUDA("FreeHost")
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	if err := cu.refuseHere("cudaFreeHost"); err != nil {
+		return err
+	}
+	return cu.rt.FreeHost(unsafe.Pointer(&b[0]))
 }
 
 // MallocHostOf allocates page-locked host memory for n elements of T

@@ -34,12 +34,6 @@ func (c CaptureStatus) String() string {
 	return fmt.Sprintf("CaptureStatus(%d)", int32(c))
 }
 
-// cudaStreamCaptureMode
-const (
-	captureModeThreadLocal = 1
-	captureModeRelaxed     = 2
-)
-
 // graphSyms are the functions a capture needs from start to launch.
 var graphSyms = [...]int{capi.CuStreamBeginCapture, capi.CuStreamEndCapture, capi.CuGraphInstantiateWithFlags, capi.CuGraphLaunch, capi.CuGraphExecDestroy, capi.CuGraphDestroy}
 

@@ -183,6 +183,20 @@ func (s Stream) After(other Stream) error {
 	return s.Wait(e)
 }
 
+// DeviceSynchronize waits for all work on device dev.
+func (cu *CUDA) DeviceSynchronize(dev int) error {
+	if cu == nil {
+		return nilCUDA("DeviceSynchronize")
+	}
+	if err := checkDevice("cudaDeviceSynchronize", dev); err != nil {
+		return err
+	}
+	if err := cu.refuseDevice("cudaDeviceSynchronize", dev); err != nil {
+		return err
+	}
+	return cu.OnDevice(dev, func() error { return cu.rt.DeviceSynchronize() })
+}
+
 func (cu *CUDA) ready(sym int, h uintptr) (bool, error) {
 	v, err := cu.callOn(-1, cu.rt.Fn[sym], h)
 	if err != nil {

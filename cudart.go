@@ -201,20 +201,6 @@ func (cu *CUDA) noSuchDevice(dev int, err error) error {
 		Msg: fmt.Sprintf("device %d: this process sees %d CUDA devices (CUDA_VISIBLE_DEVICES decides which)", dev, n)}, ce)
 }
 
-// DeviceSynchronize waits for all work on device dev.
-func (cu *CUDA) DeviceSynchronize(dev int) error {
-	if cu == nil {
-		return nilCUDA("DeviceSynchronize")
-	}
-	if err := checkDevice("cudaDeviceSynchronize", dev); err != nil {
-		return err
-	}
-	if err := cu.refuseDevice("cudaDeviceSynchronize", dev); err != nil {
-		return err
-	}
-	return cu.OnDevice(dev, func() error { return cu.rt.DeviceSynchronize() })
-}
-
 // MemGetInfo is device dev's free and total memory in bytes (cudaMemGetInfo).
 func (cu *CUDA) MemGetInfo(dev int) (free, total int, err error) {
 	if cu == nil {
@@ -223,72 +209,6 @@ func (cu *CUDA) MemGetInfo(dev int) (free, total int, err error) {
 	var f, t uintptr
 	err = cu.OnDevice(dev, func() error { return cu.rt.MemGetInfo(&f, &t) })
 	return int(f), int(t), err
-}
-
-// MallocHost allocates size bytes of page-locked host memory, usable by
-// asynchronous copies. Free it with FreeHost; Go does not.
-func (cu *CUDA) MallocHost(size int) ([]byte, error) {
-	if cu == nil {
-		return nil, nilCUDA("MallocHost")
-	}
-	if size <= 0 {
-		return nil, argError("cudaMallocHost", "size %d: must be positive", size)
-	}
-	if err := cu.refuseHere("cudaMallocHost"); err != nil {
-		return nil, err
-	}
-	var p uintptr
-	if err := cu.rt.MallocHost(&p, uintptr(size)); err != nil {
-		return nil, err
-	}
-	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), size), nil
-}
-
-// FreeHost frees memory from MallocHost.
-func (cu *CUDA) FreeHost(b []byte) error {
-	if cu == nil {
-		return nilCUDA("FreeHost")
-	}
-	if len(b) == 0 {
-		return nil
-	}
-	if err := cu.refuseHere("cudaFreeHost"); err != nil {
-		return err
-	}
-	return cu.rt.FreeHost(unsafe.Pointer(&b[0]))
-}
-
-// copyToDevice copies src to dst and waits for the bytes to land: a pageable
-// cudaMemcpy returns once the data is staged, before its DMA lands, and work on
-// a non-blocking stream is not ordered after it, so this also waits for the
-// legacy stream of the current device, which carries that DMA. The caller has
-// made the destination's device current.
-func (cu *CUDA) copyToDevice(dst DevicePtr, src []byte) error {
-	if err := cu.rt.Memcpy(uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), abi.MemcpyHostToDevice); err != nil {
-		return err
-	}
-	return cu.rt.StreamSynchronize(0)
-}
-
-// copyFromDevice copies device memory at src into dst, synchronously, on the
-// current device.
-func (cu *CUDA) copyFromDevice(dst []byte, src DevicePtr) error {
-	return cu.rt.Memcpy(uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), abi.MemcpyDeviceToHost)
-}
-
-// MemcpyAsync enqueues a copy of n bytes from src to dst on s; both are device
-// or page-locked host addresses (the runtime tells which, by unified addressing).
-func (cu *CUDA) MemcpyAsync(dst, src uintptr, n int, s Stream) error {
-	if cu == nil {
-		return nilCUDA("MemcpyAsync")
-	}
-	if n < 0 {
-		return argError("cudaMemcpyAsync", "negative size %d", n)
-	}
-	if !s.alive() {
-		return destroyedStream("cudaMemcpyAsync")
-	}
-	return cu.rt.MemcpyAsync(dst, src, uintptr(n), abi.MemcpyDefault, s.h)
 }
 
 // PointerAttributes says what memory p is: device (and which), host, or unknown.

@@ -87,32 +87,6 @@ func (c *Comm) stream(o *capi.Op) error {
 	return err
 }
 
-// afterCutShort follows a non-blocking launch whose wait an Abort (or Close)
-// cut short: NCCL's launch thread may still be enqueuing the operation on
-// the caller's stream, and stops only once ncclCommAbort has run. The call
-// returns after that (the communicator is freed: Done), so that nothing more
-// reaches the stream: a Synchronize of it then covers all the work, and the
-// buffers may be freed. The caller's count is already given back, so the
-// abort can go ahead.
-//
-//go:noinline
-func (c *Comm) afterCutShort() {
-	<-c.done
-}
-
-// busyError is a call on a non-blocking communicator while another
-// goroutine's launch on it runs. NCCL refuses such a call inside
-// (ncclCommEnsureReady: "Attempt to use communicator before the previous
-// operation returned ncclSuccess") and makes the refusal the communicator's
-// error for good (enqueue.cc, ncclEnqueueCheck's fail path), so gonccl refuses
-// it first.
-//
-//go:noinline
-func busyError(op string) error {
-	return &Error{Op: op, Code: abi.InvalidUsage, Msg: "another goroutine's operation on this non-blocking communicator is still launching: " +
-		"NCCL takes one call at a time on it and would have left it in error (issue a communicator's operations from one goroutine)"}
-}
-
 // reenter is the slow path of stream's enter: it undoes the count, meets
 // the clique's other ranks first where they must (see arrive), and enters
 // again, waiting while the clique's gate is closed, or returns the error of a

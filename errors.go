@@ -101,7 +101,7 @@ type Error struct {
 	// names the call.
 	Method string
 
-	capture bool // CUDA refused a call NCCL made during a capture
+	duringCapture bool // CUDA refused a call NCCL made during a capture
 }
 
 func (e *Error) Error() string {
@@ -115,7 +115,7 @@ func (e *Error) Error() string {
 // ErrCapturing where a capture made NCCL's call fail.
 func (e *Error) Is(target error) bool {
 	if target == ErrCapturing {
-		return e.capture
+		return e.duringCapture
 	}
 	s, ok := resultSentinel[e.Code]
 	return ok && s == target

@@ -67,6 +67,10 @@ func (c *Comm) Revoke(ctx context.Context) error {
 	return nil
 }
 
+// Revoked reports whether Revoke (or a Wait under RevokeOnDeadline) revoked
+// the communicator: its operations fail, and Shrink, Split and Close remain.
+func (c *Comm) Revoked() bool { return c.made() && c.revoked.Load() }
+
 // Shrink makes a communicator of c's ranks without those in exclude
 // (ncclCommShrink, NCCL >= 2.27), returning by ctx's end in both modes as
 // Split does, renumbered in order: rank r becomes r minus the number of
@@ -206,23 +210,4 @@ func (l *Library) GrowRank(ctx context.Context, dev int, id UniqueID, nranks, ra
 	return l.initComm(ctx, op, dev, nranks, rank, cfg, cliqueKey(&id), func(h *uintptr, cfgPtr uintptr) error {
 		return l.nc.CommGrow(0, nranks, (*abi.UniqueID)(idp), rank, uintptr(unsafe.Pointer(h)), cfgPtr)
 	})
-}
-
-// confirmDevice checks that NCCL bound the communicator to the device gonccl
-// records for it (ncclCommCuDevice): Device answers from that record.
-func (c *Comm) confirmDevice(op string) error {
-	h, err := c.enter("ncclCommCuDevice", false)
-	if err != nil {
-		return err
-	}
-	d := new(int32)
-	err = c.lib.nc.CommCuDevice(h, d)
-	c.exit()
-	if err != nil {
-		return err
-	}
-	if int(*d) != c.dev {
-		return &Error{Op: op, Code: abi.InternalError, Msg: fmt.Sprintf("NCCL made the communicator on device %d, not %d", *d, c.dev)}
-	}
-	return nil
 }

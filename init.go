@@ -177,6 +177,16 @@ func (l *Library) makeComm(op string, dev, nranks, rank int, cfg *Config, blocki
 	return c, err
 }
 
+// newComm wraps a handle NCCL returned and counts it open in the library, in
+// the clique of key (see clique).
+func (l *Library) newComm(h uintptr, dev, rank, nranks int, blocking bool, cfg *configBuffer, key uint64) *Comm {
+	c := &Comm{lib: l, h: h, dev: dev, rank: rank, nranks: nranks, blocking: blocking, cfg: cfg, done: make(chan struct{})}
+	c.lastStream.Store(noStream)
+	l.joinClique(c, key)
+	l.track()
+	return c
+}
+
 // bounded runs init, blocking inits that no context can reach inside NCCL
 // (NCCL aborts only a non-blocking init: ncclCommAbort of a blocking one
 // would free it under the call), on a goroutine of its own, and returns what
@@ -214,18 +224,6 @@ func (l *Library) bounded(ctx context.Context, op string, init func() ([]*Comm, 
 		l.givenUp.Add(-1)
 	}()
 	return nil, fmt.Errorf("%s: %w (a blocking init cannot be stopped inside NCCL: it goes on, and its communicator is aborted when NCCL returns; Config.Blocking = false makes inits abortable)", op, ctx.Err())
-}
-
-// ready waits for a new non-blocking communicator to finish joining; on
-// failure or ctx's end it aborts it.
-func (c *Comm) ready(ctx context.Context, op string) error {
-	if c.blocking {
-		return nil
-	}
-	if err := c.waitReady(ctx, op, false); err != nil {
-		return c.abortAfter(err)
-	}
-	return nil
 }
 
 // checkInitAllDevices refuses what ncclCommInitAll refuses, for both of
@@ -515,5 +513,24 @@ func (c *Comm) readShape() error {
 		return err
 	}
 	c.nranks, c.rank = int(n), int(r)
+	return nil
+}
+
+// confirmDevice checks that NCCL bound the communicator to the device gonccl
+// records for it (ncclCommCuDevice): Device answers from that record.
+func (c *Comm) confirmDevice(op string) error {
+	h, err := c.enter("ncclCommCuDevice", false)
+	if err != nil {
+		return err
+	}
+	d := new(int32)
+	err = c.lib.nc.CommCuDevice(h, d)
+	c.exit()
+	if err != nil {
+		return err
+	}
+	if int(*d) != c.dev {
+		return &Error{Op: op, Code: abi.InternalError, Msg: fmt.Sprintf("NCCL made the communicator on device %d, not %d", *d, c.dev)}
+	}
 	return nil
 }

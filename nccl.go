@@ -35,8 +35,8 @@ type Library struct {
 	types   [16]bool     // data types the library knows, by ncclDataType_t
 	allOps  bool         // it knows every reduction gonccl passes (Avg, PreMulSum): >= 2.11
 
-	commsMu sync.Mutex
-	comms   map[*Comm]struct{} // open communicators
+	commsMu   sync.Mutex
+	commsOpen int // communicators open (see track)
 
 	// Open groups, one per goroutine inside Group (see Group), and records
 	// kept for reuse.
@@ -205,20 +205,17 @@ func (l *Library) SupportsType(t DataType) bool { return l != nil && l.typeOK(t)
 
 func (l *Library) typeOK(t DataType) bool { return t >= 0 && int(t) < len(l.types) && l.types[t] }
 
-// track and untrack keep the set of open communicators, for Close and for
-// waiting out groups of non-blocking ones.
-func (l *Library) track(c *Comm) {
+// track and untrack count the open communicators, for Close: newComm counts
+// each in, and Comm.free, which runs once per communicator, out.
+func (l *Library) track() {
 	l.commsMu.Lock()
-	if l.comms == nil {
-		l.comms = make(map[*Comm]struct{})
-	}
-	l.comms[c] = struct{}{}
+	l.commsOpen++
 	l.commsMu.Unlock()
 }
 
-func (l *Library) untrack(c *Comm) {
+func (l *Library) untrack() {
 	l.commsMu.Lock()
-	delete(l.comms, c)
+	l.commsOpen--
 	l.commsMu.Unlock()
 }
 
@@ -233,7 +230,7 @@ func (l *Library) Close() error {
 		return nilLibrary("Close")
 	}
 	l.commsMu.Lock()
-	n := len(l.comms)
+	n := l.commsOpen
 	l.commsMu.Unlock()
 	if n > 0 {
 		return &Error{Op: "Close", Code: abi.InvalidUsage, Msg: fmt.Sprintf("%d communicators still open", n)}
@@ -308,7 +305,7 @@ func (l *Library) failure(sym int, r abi.Result) error {
 		// NCCL connected ranks (or allocated) on a thread a capture forbade
 		// it: a capture gonccl did not begin, whose thread it cannot relax
 		// (see CUDA.relax).
-		return &Error{Op: capi.NCCLSymbols[sym].Name, Code: r, capture: true, Msg: msg + captureHint}
+		return &Error{Op: capi.NCCLSymbols[sym].Name, Code: r, duringCapture: true, Msg: msg + captureHint}
 	}
 	return &Error{Op: capi.NCCLSymbols[sym].Name, Code: r, Msg: msg}
 }

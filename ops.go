@@ -1,10 +1,6 @@
 package nccl
 
-import (
-	"strconv"
-
-	"github.com/gonccl/nccl/internal/capi"
-)
+import "github.com/gonccl/nccl/internal/capi"
 
 // Stream operations: each enqueues work on stream s and returns; none
 // synchronises. Before any C call each checks what NCCL would not, or would
@@ -341,33 +337,6 @@ func (c *Comm) Scatter(send, recv Buffer, root int, s Stream) error {
 		err = c.p2p(g, capi.FnRecv, recv.ptr, k, recv.dt, root, s)
 	}
 	return c.lib.groupEnd(g, mark, err)
-}
-
-// Path is how AlltoAll, Gather, Scatter and AlltoAllv run.
-type Path int32
-
-const (
-	// Auto: the library's own function where it has it, else grouped.
-	Auto Path = iota
-	// Native: the library's own function (ncclAlltoAll, ncclGather,
-	// ncclScatter from NCCL 2.28; VCCL's ncclAlltoAllv); an error matching
-	// ErrNotSupported where it lacks it.
-	Native
-	// Grouped: ncclSend and ncclRecv to every peer inside one group, as
-	// PyTorch and nccl-tests do, whatever the library has.
-	Grouped
-)
-
-func (p Path) String() string {
-	switch p {
-	case Auto:
-		return "auto"
-	case Native:
-		return "native"
-	case Grouped:
-		return "grouped"
-	}
-	return "Path(" + strconv.Itoa(int(p)) + ")"
 }
 
 // SetPath chooses how the communicator runs AlltoAll, Gather, Scatter and

@@ -30,6 +30,13 @@ func WithoutCUDARuntime() Option { return func(o *options) { o.noCUDA = true } }
 // the same when this option is absent.
 func WithAlltoAllvABI(nargs int) Option { return func(o *options) { o.a2avABI = nargs } }
 
+// ArrivalGrace is how long, by default, the goroutine that made the ranks of
+// a communicator held in this process (InitAll, a Group of InitRanks) waits,
+// at a rank's first operation outside a Group, for the other ranks' first
+// operations from other goroutines before it is refused (see Comm and
+// WithArrivalGrace).
+const ArrivalGrace = 3 * time.Second
+
 // WithArrivalGrace sets how long the goroutine that made the ranks of a
 // communicator held in this process (InitAll, a Group of InitRanks) waits, at
 // a rank's first operation outside a Group, for the other ranks' first

@@ -3,7 +3,6 @@ package nccl
 import (
 	"context"
 	"slices"
-	"sync"
 
 	"github.com/gonccl/nccl/internal/capi"
 )
@@ -30,14 +29,6 @@ const (
 	cudaStreamLegacy    = 1
 	cudaStreamPerThread = 2
 )
-
-// streamSet is the streams a communicator's operations were enqueued on.
-// The hot path compares a stream with the last one noted (one atomic load);
-// only a change takes the lock.
-type streamSet struct {
-	mu   sync.Mutex
-	list []uintptr
-}
 
 // noteStream records h, a stream that differs from the last one noted. Out
 // of line: the hot path calls it only when an operation changes streams.

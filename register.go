@@ -118,12 +118,6 @@ func (c *Comm) registerWindow(p DevicePtr, size, flags int) (Window, error) {
 	return Window{h: wh, comm: c}, nil
 }
 
-// windowSpan is a registered window: its handle and the memory it covers.
-type windowSpan struct {
-	h, base, size uintptr
-	symmetric     bool
-}
-
 // window is c's registration of handle h, if it has one.
 func (c *Comm) window(h uintptr) (windowSpan, bool) {
 	c.winMu.Lock()

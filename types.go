@@ -1,6 +1,10 @@
 package nccl
 
-import "github.com/gonccl/nccl/abi"
+import (
+	"strconv"
+
+	"github.com/gonccl/nccl/abi"
+)
 
 // The C enums, spelled from this package. They are aliases of the types in
 // package abi (the mirror of the C headers), which users never need to import.
@@ -89,6 +93,33 @@ const (
 	// symmetric kernels and VCCL's ncclAlltoAllv use such windows (NCCL >= 2.27).
 	WinCollSymmetric = abi.WinCollSymmetric
 )
+
+// Path is how AlltoAll, Gather, Scatter and AlltoAllv run (Comm.SetPath).
+type Path int32
+
+const (
+	// Auto: the library's own function where it has it, else grouped.
+	Auto Path = iota
+	// Native: the library's own function (ncclAlltoAll, ncclGather,
+	// ncclScatter from NCCL 2.28; VCCL's ncclAlltoAllv); an error matching
+	// ErrNotSupported where it lacks it.
+	Native
+	// Grouped: ncclSend and ncclRecv to every peer inside one group, as
+	// PyTorch and nccl-tests do, whatever the library has.
+	Grouped
+)
+
+func (p Path) String() string {
+	switch p {
+	case Auto:
+		return "auto"
+	case Native:
+		return "native"
+	case Grouped:
+		return "grouped"
+	}
+	return "Path(" + strconv.Itoa(int(p)) + ")"
+}
 
 // Element is every Go type whose values NCCL moves, for CopyIn, CopyOut and
 // PreMulSum. Its DataType is TypeOf.
