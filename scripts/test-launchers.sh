@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs the launched examples on the fake libraries under the real launchers:
-# Open MPI's mpirun, Slurm's srun (a one-node cluster of its own, slurmctld
-# and slurmd started here and stopped at the end) and PyTorch's torchrun
-# (static rendezvous, whose agent serves the c10d store, and --rdzv_backend=c10d).
-# Each rank of allreduce and dataparallel checks every element itself; the
-# script counts one success line per rank. Nothing here sets a launcher's
-# variables by hand.
+# Open MPI's mpirun (also across two hosts emulated here), Slurm's srun (a
+# two-node cluster of its own on this host, a slurmctld and a slurmd per node
+# started here and stopped at every exit) and PyTorch's torchrun (static
+# rendezvous, whose agent serves the c10d store, --rdzv_backend=c10d, and two
+# agents as two nodes). Each rank of allreduce and dataparallel checks every
+# element itself; the script counts one success line per rank. Nothing here
+# sets a launcher's variables by hand; srun across the two nodes runs with
+# nothing set at all.
 #
 #   scripts/test-launchers.sh
 #
@@ -39,6 +41,9 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 go run ./cmd/nccl-fakes -o "$work/fakes" >/dev/null || die "building the fakes"
 mkdir -p "$work/bin"
@@ -112,20 +117,34 @@ refused "mpirun -np 2 allreduce without a way to share the id" "NCCL_COMM_ID" \
   "${MPI[@]}" -np 2 $E/allreduce -n 1024 -timeout 10s
 
 if [ "${GONCCL_SKIP_SLURM:-}" != 1 ]; then
-  echo "== srun, a one-node cluster started here"
-  node=$(hostname -s)
-  mkdir -p "$work/slurm/state" "$work/slurm/spool"
-  cat >"$work/slurm/slurm.conf" <<EOF
+  # Two nodes of one cluster on this host: a slurmctld and a slurmd per node
+  # (slurmd -N NAME), each node its own port, spool, pid and log files (%n).
+  # With nothing set the ranks meet at the step's first node, by its name, on
+  # launch.SlurmPort: the first node is named after this host, a name that
+  # resolves here as a cluster's node names do in its DNS. The second's name
+  # (the same with "-b") needs no resolving (Slurm reaches both slurmd at
+  # NodeAddr, and only rank 0's node is dialled); it sorts after the first,
+  # so task 0's node heads the step's node list whichever order Slurm lists
+  # them in. The task prolog sets each task's NCCL_HOSTID to its node's name,
+  # as scripts/gpu-nodes.sh sets one per emulated node (the fake NCCL has no
+  # topology and ignores it; real NCCL would count two nodes).
+  nodeA=$(hostname -s)
+  nodeB=$nodeA-b
+  echo "== srun, a two-node cluster started here ($nodeA, $nodeB)"
+  mkdir -p "$work/slurm/state" "$work/slurm/spool-$nodeA" "$work/slurm/spool-$nodeB"
+  printf '#!/bin/sh\necho "export NCCL_HOSTID=$SLURMD_NODENAME"\n' >"$work/slurm/task-prolog.sh"
+  chmod +x "$work/slurm/task-prolog.sh"
+  cat >"$work/slurm/slurm.conf" <<CONF
 ClusterName=gonccl-ci
-SlurmctldHost=$node(127.0.0.1)
+SlurmctldHost=$nodeA(127.0.0.1)
 SlurmctldPort=$(port)
-SlurmdPort=$(port)
 SlurmUser=root
 AuthType=auth/none
 CredType=cred/none
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
+TaskProlog=$work/slurm/task-prolog.sh
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
@@ -134,29 +153,45 @@ SchedulerType=sched/builtin
 SlurmdParameters=config_overrides
 ReturnToService=2
 StateSaveLocation=$work/slurm/state
-SlurmdSpoolDir=$work/slurm/spool
+SlurmdSpoolDir=$work/slurm/spool-%n
 SlurmctldPidFile=$work/slurm/slurmctld.pid
-SlurmdPidFile=$work/slurm/slurmd.pid
+SlurmdPidFile=$work/slurm/slurmd-%n.pid
 SlurmctldLogFile=$work/slurm/slurmctld.log
-SlurmdLogFile=$work/slurm/slurmd.log
-NodeName=$node NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
+SlurmdLogFile=$work/slurm/slurmd-%n.log
+NodeName=$nodeA NodeAddr=127.0.0.1 Port=$(port) CPUs=8 State=UNKNOWN
+NodeName=$nodeB NodeAddr=127.0.0.1 Port=$(port) CPUs=8 State=UNKNOWN
 PartitionName=ci Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-EOF
+CONF
   export SLURM_CONF=$work/slurm/slurm.conf
   slurmctld -D -c -f "$SLURM_CONF" >"$work/slurm/ctld.out" 2>&1 &
   slurm_pids+=($!)
-  slurmd -D -f "$SLURM_CONF" >"$work/slurm/d.out" 2>&1 &
-  slurm_pids+=($!)
+  for n in "$nodeA" "$nodeB"; do
+    slurmd -D -N "$n" -f "$SLURM_CONF" >"$work/slurm/d-$n.out" 2>&1 &
+    slurm_pids+=($!)
+  done
+  up() { [ "$(sinfo -h -N -o '%N %t' 2>/dev/null | sort | tr '\n' ' ')" = "$nodeA idle $nodeB idle " ]; }
   for _ in $(seq 60); do
-    [ "$(sinfo -h -o %t 2>/dev/null)" = idle ] && break
+    up && break
     sleep 0.5
   done
-  if [ "$(sinfo -h -o %t 2>/dev/null)" != idle ]; then
-    sinfo || true
+  if ! up; then
+    sinfo -N || true
     tail -20 "$work"/slurm/*.log "$work"/slurm/*.out || true
-    die "the one-node Slurm cluster did not come up"
+    die "the two-node Slurm cluster did not come up"
   fi
   echo "   $(srun --version)"
+  # Where a step over both nodes puts its tasks, and what the prolog gives them.
+  want=$(printf 'task %s on %s, NCCL_HOSTID=%s\n' 0 "$nodeA" "$nodeA" 1 "$nodeA" "$nodeA" 2 "$nodeB" "$nodeB" 3 "$nodeB" "$nodeB")
+  got=$(cd "$work" && timeout 60 srun -N 2 --ntasks-per-node=2 sh -c 'echo "task $SLURM_PROCID on $SLURMD_NODENAME, NCCL_HOSTID=$NCCL_HOSTID"' 2>&1 | sort) || true
+  if [ "$got" = "$want" ]; then
+    echo "ok    srun -N 2 --ntasks-per-node=2: tasks 0 and 1 on $nodeA, 2 and 3 on $nodeB, each NCCL_HOSTID its node's name"
+  else
+    echo "FAIL  srun -N 2 --ntasks-per-node=2, where the tasks run: want"
+    echo "$want" | sed 's/^/      /'
+    echo "    got"
+    echo "$got" | sed 's/^/      /'
+    fails=$((fails + 1))
+  fi
   ranks 3 "$(ok allreduce srun commid)" "srun -n 3 allreduce, NCCL_COMM_ID" \
     env NCCL_COMM_ID=127.0.0.1:$(port) srun -n 3 $E/allreduce -n 65536 -timeout 30s
   ranks 3 "$(ok allreduce srun file)" "srun -n 3 allreduce, -idfile" \
@@ -167,6 +202,14 @@ EOF
     srun -n 3 $E/dataparallel -samples 512 -timeout 30s -idfile "$work/id-srun-dp"
   ranks 3 "$(ok allreduce srun commid)" "srun -n 3 allreduce, nothing set (the step's node and launch.SlurmPort)" \
     srun -n 3 $E/allreduce -n 65536 -timeout 30s
+  # Across the two nodes with nothing set: the ranks meet at the step's first
+  # node on launch.SlurmPort.
+  ranks 2 "$(ok allreduce srun commid)" "srun -N 2 --ntasks-per-node=1 allreduce, nothing set" \
+    srun -N 2 --ntasks-per-node=1 $E/allreduce -n 65536 -timeout 30s
+  ranks 4 "$(ok allreduce srun commid)" "srun -N 2 --ntasks-per-node=2 allreduce, nothing set" \
+    srun -N 2 --ntasks-per-node=2 $E/allreduce -n 65536 -timeout 30s
+  ranks 4 "$(ok dataparallel srun commid)" "srun -N 2 --ntasks-per-node=2 dataparallel, nothing set" \
+    srun -N 2 --ntasks-per-node=2 $E/dataparallel -samples 512 -timeout 30s
 fi
 
 py=$(head -1 "$(command -v torchrun)" | sed 's/^#! *//')
@@ -201,5 +244,5 @@ fi
 if [ "${GONCCL_SKIP_SLURM:-}" = 1 ]; then
   echo "test-launchers: every launched example passed under mpirun and torchrun (srun left out: GONCCL_SKIP_SLURM=1)"
 else
-  echo "test-launchers: every launched example passed under mpirun, srun and torchrun"
+  echo "test-launchers: every launched example passed under mpirun, srun (one and two nodes) and torchrun"
 fi
