@@ -7,7 +7,10 @@
 # agents as two nodes). Each rank of allreduce and dataparallel checks every
 # element itself; the script counts one success line per rank. Nothing here
 # sets a launcher's variables by hand; srun across the two nodes runs with
-# nothing set at all.
+# nothing set at all. Last, a node dies mid-collective: under two torchrun
+# agents, examples/nodeloss's node 1 is killed and node 0's ranks must report
+# a typed error by their deadline, then shrink and go on (or say the library
+# cannot).
 #
 #   scripts/test-launchers.sh
 #
@@ -32,8 +35,11 @@ fi
 
 work=$(mktemp -d)
 slurm_pids=()
+agent_pids=() # torchrun agents left running by the node-loss drill
 cleanup() {
   local rc=$?
+  # shellcheck disable=SC2046 # the children's pids, one word each
+  for p in "${agent_pids[@]}"; do kill -9 $(ps -o pid= --ppid "$p") "$p" 2>/dev/null || true; done
   for p in "${slurm_pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${slurm_pids[@]}"; do wait "$p" 2>/dev/null || true; done
   # slurmd's step daemons may still be writing to the spool as they go.
@@ -47,7 +53,7 @@ trap 'exit 143' TERM
 
 go run ./cmd/nccl-fakes -o "$work/fakes" >/dev/null || die "building the fakes"
 mkdir -p "$work/bin"
-CGO_ENABLED=0 go build -o "$work/bin/" ./examples/allreduce ./examples/dataparallel || die "building the examples"
+CGO_ENABLED=0 go build -o "$work/bin/" ./examples/allreduce ./examples/dataparallel ./examples/nodeloss || die "building the examples"
 E=$work/bin
 export GONCCL_CUDART_LIB=$work/fakes/cudart GONCCL_NCCL_LIB=$work/fakes/default FAKECUDA_DEVICES=4 NCCL_COMM_ID=
 if [ "$(id -u)" = 0 ]; then
@@ -239,6 +245,96 @@ else
   echo "FAIL  torchrun --nnodes=2, node 1:"; sed 's/^/      /' "$work/node1.log" | tail -20
   fails=$((fails + 1))
 fi
+
+# A node dies mid-collective: examples/nodeloss -lost-node 1 under two agents
+# of one static rendezvous, each a node of PER ranks. Once every rank loops,
+# node 1's agent and ranks are killed with SIGKILL, as a crashed node's would
+# be. Every rank of node 0 must then say, by its step's deadline and a second,
+# which typed error its step got (the fakes never see a peer die, so here it
+# is the deadline; NCCL over sockets reports ErrRemote at once), and then
+# either revoke, shrink to node 0 and go on checking (v230, NCCL 2.30.7), or
+# say that the library cannot (default, 2.28.3: no ncclCommRevoke).
+#
+# Node 0's agent must not react to node 1's death, and it does not: a static
+# rendezvous does not watch the other nodes. It still stops its own workers
+# once one of them exits with an error, before the others have said theirs:
+# --monitor_interval 60 keeps it from looking. When its workers are done it
+# waits for node 1's agent at its exit barrier (300 s), so it is stopped here,
+# TERM then KILL (it takes TERM only between its store calls).
+stop_agent() {
+  kill "$1" 2>/dev/null || true
+  for _ in $(seq 15); do
+    kill -0 "$1" 2>/dev/null || break
+    sleep 0.2
+  done
+  # shellcheck disable=SC2046 # the children's pids, one word each
+  kill -9 $(ps -o pid= --ppid "$1") "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+# drill VARIANT PER WANT: WANT is "went on" or "not supported".
+drill() {
+  local variant=$1 per=$2 want=$3 st=2
+  local name="torchrun --nnodes=2 × $per, node 1 killed mid-loop, fake NCCL $variant"
+  local log=("$work/drill-$variant-$per-node0.log" "$work/drill-$variant-$per-node1.log")
+  local p k agents=() victims killed lags="" bad="" failed final ms lag went notsup
+  p=$(port)
+  for k in 0 1; do
+    (cd "$work" && GONCCL_NCCL_LIB=$work/fakes/$variant exec "${TR[@]}" --monitor_interval 60 --nnodes=2 --node_rank=$k \
+      --nproc_per_node=$per --master_addr=127.0.0.1 --master_port=$p \
+      $E/nodeloss -n 65536 -for 60s -step-timeout ${st}s -timeout 30s -lost-node 1 >"${log[$k]}" 2>&1) &
+    agents+=($!)
+    agent_pids+=($!)
+  done
+  for _ in $(seq 300); do
+    [ "$(cat "${log[@]}" | grep -c 'looping for')" -ge $((2 * per)) ] && break
+    sleep 0.2
+  done
+  victims=$(sed -n 's/.*nodeloss: rank [0-9]*\/[0-9]* on node 1 (pid \([0-9]*\)).*/\1/p' "${log[@]}" | sort -u | tr '\n' ' ')
+  if [ "$(echo $victims | wc -w)" -ne "$per" ]; then
+    echo "FAIL  $name: $(cat "${log[@]}" | grep -c 'looping for') of $((2 * per)) ranks looping after 60 s"
+    stop_agent "${agents[0]}"
+    stop_agent "${agents[1]}"
+    tail -20 "${log[@]}" | sed 's/^/      /'
+    fails=$((fails + 1))
+    return
+  fi
+  sleep 1 # well into the loop
+  killed=$(date +%s%3N)
+  kill -9 "${agents[1]}" $victims
+  wait "${agents[1]}" 2>/dev/null || true
+  for _ in $(seq $(((st + 40) * 5))); do
+    failed=$(grep -c 'on node 0: step [0-9]* failed' "${log[0]}" || true)
+    final=$(grep -cE 'went on without node 1|nodeloss: rank [0-9]+: ' "${log[0]}" || true)
+    [ "$failed" -ge "$per" ] && [ "$final" -ge "$per" ] && break
+    sleep 0.2
+  done
+  stop_agent "${agents[0]}"
+  for ms in $(sed -n 's/.*on node 0: step [0-9]* failed .*(unix ms \([0-9]*\)).*/\1/p' "${log[0]}"); do
+    lag=$((ms - killed))
+    lags+="${lags:+, }$(printf '%d.%03d s' $((lag / 1000)) $((lag % 1000)))"
+    [ "$lag" -le $((st * 1000 + 1000)) ] || bad+="a step failed ${lag} ms after the kill; "
+  done
+  [ "$failed" -eq "$per" ] || bad+="$failed of $per survivors said their step failed; "
+  [ "$(grep 'on node 0: step [0-9]* failed' "${log[0]}" | grep -cE '\((ErrRemote|ErrSystem|context\.DeadlineExceeded|ErrRevoked)\)')" -eq "$per" ] ||
+    bad+="not every failure named a typed error; "
+  went=$(grep -c "went on without node 1: 10 steps of 65536 floats, every element correct" "${log[0]}" || true)
+  notsup=$(grep -E 'nodeloss: rank [0-9]+: ' "${log[0]}" | grep -c 'not supported' || true)
+  case $want in
+  "went on") [ "$went" -eq "$per" ] || bad+="$went of $per survivors went on; " ;;
+  "not supported") [ "$notsup" -eq "$per" ] || bad+="$notsup of $per survivors said not supported; " ;;
+  esac
+  if [ -z "$bad" ]; then
+    echo "ok    $name: node 0's $per rank(s) returned ${lags} after the kill (step deadline ${st} s) with $(grep 'on node 0: step [0-9]* failed' "${log[0]}" | grep -oE '\((ErrRemote|ErrSystem|context\.DeadlineExceeded|ErrRevoked)\)' | sort -u | tr -d '()' | tr '\n' ' ')and $want (NCCL $(grep -m1 'looping for' "${log[0]}" | grep -o 'NCCL [0-9.]*[0-9]' | cut -d' ' -f2))$([ "$want" = "went on" ] && echo ": shrank to $per rank(s), 10 steps × 65536 floats checked on each")"
+  else
+    echo "FAIL  $name: $bad"
+    cat "${log[@]}" | grep -v '^\[W' | tail -30 | sed 's/^/      /'
+    fails=$((fails + 1))
+  fi
+}
+echo "== a node dies mid-collective (torchrun, two nodes here)"
+drill v230 1 "went on"
+drill v230 2 "went on"
+drill default 2 "not supported"
 
 [ $fails -eq 0 ] || die "$fails run(s)"
 if [ "${GONCCL_SKIP_SLURM:-}" = 1 ]; then
