@@ -67,6 +67,9 @@ run v230 $E/onesided -gpus 3 -bytes 5003 -offset 1237
 # rank 1 to SIGKILL, revokes, shrinks, and grows back with a replacement process.
 run v230 $E/onesided -np 2 -timeout 30s
 run v230 $E/faulttolerant -timeout 30s -step-timeout 1s
+# A loop of checked all-reduces, as a job of one (the node-loss drill runs in
+# scripts/test-launchers.sh, under torchrun).
+run default $E/nodeloss -n 65536 -for 1s
 refused() { # refused VARIANT TEXT CMD...: the command must exit 1 within 60 s, saying TEXT
   local v=$1 want=$2
   shift 2

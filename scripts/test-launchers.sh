@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Runs the launched examples on the fake libraries under the real launchers:
-# Open MPI's mpirun, Slurm's srun (a one-node cluster of its own, slurmctld
-# and slurmd started here and stopped at the end) and PyTorch's torchrun
-# (static rendezvous, whose agent serves the c10d store, and --rdzv_backend=c10d).
-# Each rank of allreduce and dataparallel checks every element itself; the
-# script counts one success line per rank. Nothing here sets a launcher's
-# variables by hand.
+# Open MPI's mpirun (also across two hosts emulated here), Slurm's srun (a
+# two-node cluster of its own on this host, a slurmctld and a slurmd per node
+# started here and stopped at every exit) and PyTorch's torchrun (static
+# rendezvous, whose agent serves the c10d store, --rdzv_backend=c10d, and two
+# agents as two nodes). Each rank of allreduce and dataparallel checks every
+# element itself; the script counts one success line per rank. Nothing here
+# sets a launcher's variables by hand; srun across the two nodes runs with
+# nothing set at all. Last, a node dies mid-collective: under two torchrun
+# agents, examples/nodeloss's node 1 is killed and node 0's ranks must report
+# a typed error by their deadline, then shrink and go on (or say the library
+# cannot).
 #
 #   scripts/test-launchers.sh
 #
@@ -30,8 +35,11 @@ fi
 
 work=$(mktemp -d)
 slurm_pids=()
+agent_pids=() # torchrun agents left running by the node-loss drill
 cleanup() {
   local rc=$?
+  # shellcheck disable=SC2046 # the children's pids, one word each
+  for p in "${agent_pids[@]}"; do kill -9 $(ps -o pid= --ppid "$p") "$p" 2>/dev/null || true; done
   for p in "${slurm_pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${slurm_pids[@]}"; do wait "$p" 2>/dev/null || true; done
   # slurmd's step daemons may still be writing to the spool as they go.
@@ -39,10 +47,13 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 go run ./cmd/nccl-fakes -o "$work/fakes" >/dev/null || die "building the fakes"
 mkdir -p "$work/bin"
-CGO_ENABLED=0 go build -o "$work/bin/" ./examples/allreduce ./examples/dataparallel || die "building the examples"
+CGO_ENABLED=0 go build -o "$work/bin/" ./examples/allreduce ./examples/dataparallel ./examples/nodeloss || die "building the examples"
 E=$work/bin
 export GONCCL_CUDART_LIB=$work/fakes/cudart GONCCL_NCCL_LIB=$work/fakes/default FAKECUDA_DEVICES=4 NCCL_COMM_ID=
 if [ "$(id -u)" = 0 ]; then
@@ -112,20 +123,34 @@ refused "mpirun -np 2 allreduce without a way to share the id" "NCCL_COMM_ID" \
   "${MPI[@]}" -np 2 $E/allreduce -n 1024 -timeout 10s
 
 if [ "${GONCCL_SKIP_SLURM:-}" != 1 ]; then
-  echo "== srun, a one-node cluster started here"
-  node=$(hostname -s)
-  mkdir -p "$work/slurm/state" "$work/slurm/spool"
-  cat >"$work/slurm/slurm.conf" <<EOF
+  # Two nodes of one cluster on this host: a slurmctld and a slurmd per node
+  # (slurmd -N NAME), each node its own port, spool, pid and log files (%n).
+  # With nothing set the ranks meet at the step's first node, by its name, on
+  # launch.SlurmPort: the first node is named after this host, a name that
+  # resolves here as a cluster's node names do in its DNS. The second's name
+  # (the same with "-b") needs no resolving (Slurm reaches both slurmd at
+  # NodeAddr, and only rank 0's node is dialled); it sorts after the first,
+  # so task 0's node heads the step's node list whichever order Slurm lists
+  # them in. The task prolog sets each task's NCCL_HOSTID to its node's name,
+  # as scripts/gpu-nodes.sh sets one per emulated node (the fake NCCL has no
+  # topology and ignores it; real NCCL would count two nodes).
+  nodeA=$(hostname -s)
+  nodeB=$nodeA-b
+  echo "== srun, a two-node cluster started here ($nodeA, $nodeB)"
+  mkdir -p "$work/slurm/state" "$work/slurm/spool-$nodeA" "$work/slurm/spool-$nodeB"
+  printf '#!/bin/sh\necho "export NCCL_HOSTID=$SLURMD_NODENAME"\n' >"$work/slurm/task-prolog.sh"
+  chmod +x "$work/slurm/task-prolog.sh"
+  cat >"$work/slurm/slurm.conf" <<CONF
 ClusterName=gonccl-ci
-SlurmctldHost=$node(127.0.0.1)
+SlurmctldHost=$nodeA(127.0.0.1)
 SlurmctldPort=$(port)
-SlurmdPort=$(port)
 SlurmUser=root
 AuthType=auth/none
 CredType=cred/none
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
+TaskProlog=$work/slurm/task-prolog.sh
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
@@ -134,29 +159,45 @@ SchedulerType=sched/builtin
 SlurmdParameters=config_overrides
 ReturnToService=2
 StateSaveLocation=$work/slurm/state
-SlurmdSpoolDir=$work/slurm/spool
+SlurmdSpoolDir=$work/slurm/spool-%n
 SlurmctldPidFile=$work/slurm/slurmctld.pid
-SlurmdPidFile=$work/slurm/slurmd.pid
+SlurmdPidFile=$work/slurm/slurmd-%n.pid
 SlurmctldLogFile=$work/slurm/slurmctld.log
-SlurmdLogFile=$work/slurm/slurmd.log
-NodeName=$node NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
+SlurmdLogFile=$work/slurm/slurmd-%n.log
+NodeName=$nodeA NodeAddr=127.0.0.1 Port=$(port) CPUs=8 State=UNKNOWN
+NodeName=$nodeB NodeAddr=127.0.0.1 Port=$(port) CPUs=8 State=UNKNOWN
 PartitionName=ci Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-EOF
+CONF
   export SLURM_CONF=$work/slurm/slurm.conf
   slurmctld -D -c -f "$SLURM_CONF" >"$work/slurm/ctld.out" 2>&1 &
   slurm_pids+=($!)
-  slurmd -D -f "$SLURM_CONF" >"$work/slurm/d.out" 2>&1 &
-  slurm_pids+=($!)
+  for n in "$nodeA" "$nodeB"; do
+    slurmd -D -N "$n" -f "$SLURM_CONF" >"$work/slurm/d-$n.out" 2>&1 &
+    slurm_pids+=($!)
+  done
+  up() { [ "$(sinfo -h -N -o '%N %t' 2>/dev/null | sort | tr '\n' ' ')" = "$nodeA idle $nodeB idle " ]; }
   for _ in $(seq 60); do
-    [ "$(sinfo -h -o %t 2>/dev/null)" = idle ] && break
+    up && break
     sleep 0.5
   done
-  if [ "$(sinfo -h -o %t 2>/dev/null)" != idle ]; then
-    sinfo || true
+  if ! up; then
+    sinfo -N || true
     tail -20 "$work"/slurm/*.log "$work"/slurm/*.out || true
-    die "the one-node Slurm cluster did not come up"
+    die "the two-node Slurm cluster did not come up"
   fi
   echo "   $(srun --version)"
+  # Where a step over both nodes puts its tasks, and what the prolog gives them.
+  want=$(printf 'task %s on %s, NCCL_HOSTID=%s\n' 0 "$nodeA" "$nodeA" 1 "$nodeA" "$nodeA" 2 "$nodeB" "$nodeB" 3 "$nodeB" "$nodeB")
+  got=$(cd "$work" && timeout 60 srun -N 2 --ntasks-per-node=2 sh -c 'echo "task $SLURM_PROCID on $SLURMD_NODENAME, NCCL_HOSTID=$NCCL_HOSTID"' 2>&1 | sort) || true
+  if [ "$got" = "$want" ]; then
+    echo "ok    srun -N 2 --ntasks-per-node=2: tasks 0 and 1 on $nodeA, 2 and 3 on $nodeB, each NCCL_HOSTID its node's name"
+  else
+    echo "FAIL  srun -N 2 --ntasks-per-node=2, where the tasks run: want"
+    echo "$want" | sed 's/^/      /'
+    echo "    got"
+    echo "$got" | sed 's/^/      /'
+    fails=$((fails + 1))
+  fi
   ranks 3 "$(ok allreduce srun commid)" "srun -n 3 allreduce, NCCL_COMM_ID" \
     env NCCL_COMM_ID=127.0.0.1:$(port) srun -n 3 $E/allreduce -n 65536 -timeout 30s
   ranks 3 "$(ok allreduce srun file)" "srun -n 3 allreduce, -idfile" \
@@ -167,6 +208,14 @@ EOF
     srun -n 3 $E/dataparallel -samples 512 -timeout 30s -idfile "$work/id-srun-dp"
   ranks 3 "$(ok allreduce srun commid)" "srun -n 3 allreduce, nothing set (the step's node and launch.SlurmPort)" \
     srun -n 3 $E/allreduce -n 65536 -timeout 30s
+  # Across the two nodes with nothing set: the ranks meet at the step's first
+  # node on launch.SlurmPort.
+  ranks 2 "$(ok allreduce srun commid)" "srun -N 2 --ntasks-per-node=1 allreduce, nothing set" \
+    srun -N 2 --ntasks-per-node=1 $E/allreduce -n 65536 -timeout 30s
+  ranks 4 "$(ok allreduce srun commid)" "srun -N 2 --ntasks-per-node=2 allreduce, nothing set" \
+    srun -N 2 --ntasks-per-node=2 $E/allreduce -n 65536 -timeout 30s
+  ranks 4 "$(ok dataparallel srun commid)" "srun -N 2 --ntasks-per-node=2 dataparallel, nothing set" \
+    srun -N 2 --ntasks-per-node=2 $E/dataparallel -samples 512 -timeout 30s
 fi
 
 py=$(head -1 "$(command -v torchrun)" | sed 's/^#! *//')
@@ -197,9 +246,99 @@ else
   fails=$((fails + 1))
 fi
 
+# A node dies mid-collective: examples/nodeloss -lost-node 1 under two agents
+# of one static rendezvous, each a node of PER ranks. Once every rank loops,
+# node 1's agent and ranks are killed with SIGKILL, as a crashed node's would
+# be. Every rank of node 0 must then say, by its step's deadline and a second,
+# which typed error its step got (the fakes never see a peer die, so here it
+# is the deadline; NCCL over sockets reports ErrRemote at once), and then
+# either revoke, shrink to node 0 and go on checking (v230, NCCL 2.30.7), or
+# say that the library cannot (default, 2.28.3: no ncclCommRevoke).
+#
+# Node 0's agent must not react to node 1's death, and it does not: a static
+# rendezvous does not watch the other nodes. It still stops its own workers
+# once one of them exits with an error, before the others have said theirs:
+# --monitor_interval 60 keeps it from looking. When its workers are done it
+# waits for node 1's agent at its exit barrier (300 s), so it is stopped here,
+# TERM then KILL (it takes TERM only between its store calls).
+stop_agent() {
+  kill "$1" 2>/dev/null || true
+  for _ in $(seq 15); do
+    kill -0 "$1" 2>/dev/null || break
+    sleep 0.2
+  done
+  # shellcheck disable=SC2046 # the children's pids, one word each
+  kill -9 $(ps -o pid= --ppid "$1") "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+# drill VARIANT PER WANT: WANT is "went on" or "not supported".
+drill() {
+  local variant=$1 per=$2 want=$3 st=2
+  local name="torchrun --nnodes=2 × $per, node 1 killed mid-loop, fake NCCL $variant"
+  local log=("$work/drill-$variant-$per-node0.log" "$work/drill-$variant-$per-node1.log")
+  local p k agents=() victims killed lags="" bad="" failed final ms lag went notsup
+  p=$(port)
+  for k in 0 1; do
+    (cd "$work" && GONCCL_NCCL_LIB=$work/fakes/$variant exec "${TR[@]}" --monitor_interval 60 --nnodes=2 --node_rank=$k \
+      --nproc_per_node=$per --master_addr=127.0.0.1 --master_port=$p \
+      $E/nodeloss -n 65536 -for 60s -step-timeout ${st}s -timeout 30s -lost-node 1 >"${log[$k]}" 2>&1) &
+    agents+=($!)
+    agent_pids+=($!)
+  done
+  for _ in $(seq 300); do
+    [ "$(cat "${log[@]}" | grep -c 'looping for')" -ge $((2 * per)) ] && break
+    sleep 0.2
+  done
+  victims=$(sed -n 's/.*nodeloss: rank [0-9]*\/[0-9]* on node 1 (pid \([0-9]*\)).*/\1/p' "${log[@]}" | sort -u | tr '\n' ' ')
+  if [ "$(echo $victims | wc -w)" -ne "$per" ]; then
+    echo "FAIL  $name: $(cat "${log[@]}" | grep -c 'looping for') of $((2 * per)) ranks looping after 60 s"
+    stop_agent "${agents[0]}"
+    stop_agent "${agents[1]}"
+    tail -20 "${log[@]}" | sed 's/^/      /'
+    fails=$((fails + 1))
+    return
+  fi
+  sleep 1 # well into the loop
+  killed=$(date +%s%3N)
+  kill -9 "${agents[1]}" $victims
+  wait "${agents[1]}" 2>/dev/null || true
+  for _ in $(seq $(((st + 40) * 5))); do
+    failed=$(grep -c 'on node 0: step [0-9]* failed' "${log[0]}" || true)
+    final=$(grep -cE 'went on without node 1|nodeloss: rank [0-9]+: ' "${log[0]}" || true)
+    [ "$failed" -ge "$per" ] && [ "$final" -ge "$per" ] && break
+    sleep 0.2
+  done
+  stop_agent "${agents[0]}"
+  for ms in $(sed -n 's/.*on node 0: step [0-9]* failed .*(unix ms \([0-9]*\)).*/\1/p' "${log[0]}"); do
+    lag=$((ms - killed))
+    lags+="${lags:+, }$(printf '%d.%03d s' $((lag / 1000)) $((lag % 1000)))"
+    [ "$lag" -le $((st * 1000 + 1000)) ] || bad+="a step failed ${lag} ms after the kill; "
+  done
+  [ "$failed" -eq "$per" ] || bad+="$failed of $per survivors said their step failed; "
+  [ "$(grep 'on node 0: step [0-9]* failed' "${log[0]}" | grep -cE '\((ErrRemote|ErrSystem|context\.DeadlineExceeded|ErrRevoked)\)')" -eq "$per" ] ||
+    bad+="not every failure named a typed error; "
+  went=$(grep -c "went on without node 1: 10 steps of 65536 floats, every element correct" "${log[0]}" || true)
+  notsup=$(grep -E 'nodeloss: rank [0-9]+: ' "${log[0]}" | grep -c 'not supported' || true)
+  case $want in
+  "went on") [ "$went" -eq "$per" ] || bad+="$went of $per survivors went on; " ;;
+  "not supported") [ "$notsup" -eq "$per" ] || bad+="$notsup of $per survivors said not supported; " ;;
+  esac
+  if [ -z "$bad" ]; then
+    echo "ok    $name: node 0's $per rank(s) returned ${lags} after the kill (step deadline ${st} s) with $(grep 'on node 0: step [0-9]* failed' "${log[0]}" | grep -oE '\((ErrRemote|ErrSystem|context\.DeadlineExceeded|ErrRevoked)\)' | sort -u | tr -d '()' | tr '\n' ' ')and $want (NCCL $(grep -m1 'looping for' "${log[0]}" | grep -o 'NCCL [0-9.]*[0-9]' | cut -d' ' -f2))$([ "$want" = "went on" ] && echo ": shrank to $per rank(s), 10 steps × 65536 floats checked on each")"
+  else
+    echo "FAIL  $name: $bad"
+    cat "${log[@]}" | grep -v '^\[W' | tail -30 | sed 's/^/      /'
+    fails=$((fails + 1))
+  fi
+}
+echo "== a node dies mid-collective (torchrun, two nodes here)"
+drill v230 1 "went on"
+drill v230 2 "went on"
+drill default 2 "not supported"
+
 [ $fails -eq 0 ] || die "$fails run(s)"
 if [ "${GONCCL_SKIP_SLURM:-}" = 1 ]; then
   echo "test-launchers: every launched example passed under mpirun and torchrun (srun left out: GONCCL_SKIP_SLURM=1)"
 else
-  echo "test-launchers: every launched example passed under mpirun, srun and torchrun"
+  echo "test-launchers: every launched example passed under mpirun, srun (one and two nodes) and torchrun"
 fi
