@@ -29,13 +29,18 @@ PER=$((GPUS / 2))
 [ "$PER" -ge 1 ] || { echo "bench-nodes: $GPUS GPU(s); two nodes need at least 2" >&2; exit 1; }
 devs() { seq -s, $(($1 * PER)) $(($1 * PER + PER - 1)); }
 port=$((29900 + RANDOM % 90))
-# across LOG CMD...: CMD as 2 × PER ranks over the two emulated hosts.
+# across LOG CMD...: CMD as 2 × PER ranks over the two emulated hosts, each
+# host's ranks on its GPUs; with ALLGPUS=1 every rank sees every GPU:
+# nccl-tests picks its GPU by its rank among the processes of its hostname,
+# which both emulated hosts share, so node B's ranks take GPUs PER and up.
 across() {
   local log=$1 name
   name=$(basename "$log" .txt)
   shift
   port=$((port + 1))
-  DEVS_nodeA=$(devs 0) DEVS_nodeB=$(devs 1) timeout 600 mpirun --allow-run-as-root --oversubscribe \
+  local da db
+  [ "${ALLGPUS:-0}" = 1 ] || { da=$(devs 0) db=$(devs 1); }
+  DEVS_nodeA=${da:-} DEVS_nodeB=${db:-} timeout 600 mpirun --allow-run-as-root --oversubscribe \
     --host "nodeA:$PER,nodeB:$PER" --mca plm rsh --mca rtc ^hwloc --mca plm_rsh_agent "$PWD/scripts/emulated-host-rsh.sh" \
     -np $((2 * PER)) -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x NCCL_COMM_ID="127.0.0.1:$port" \
     -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT,NET -x NCCL_DEBUG_FILE="$OUT/logs/$name.%p.nccl" \
@@ -44,7 +49,7 @@ across() {
 for op in $OPS; do
   for round in $(seq "$ROUNDS"); do
     # shellcheck disable=SC2086
-    run_tests() { across "$OUT/runs/$op-tests-$round.txt" "$TM/${op}_perf" $SIZES $ITERS -c 1; }
+    run_tests() { ALLGPUS=1 across "$OUT/runs/$op-tests-$round.txt" "$TM/${op}_perf" $SIZES $ITERS -c 1; }
     # shellcheck disable=SC2086
     run_bench() { across "$OUT/runs/$op-bench-$round.txt" "$B" -op "$op" $SIZES $ITERS -c 1; }
     if [ $((round % 2)) -eq 1 ]; then run_tests; run_bench; else run_bench; run_tests; fi
