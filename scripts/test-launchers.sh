@@ -271,17 +271,18 @@ stop_agent() {
   kill -9 $(ps -o pid= --ppid "$1") "$1" 2>/dev/null || true
   wait "$1" 2>/dev/null || true
 }
-# drill VARIANT PER WANT: WANT is "went on" or "not supported".
+# drill VARIANT PER WANT [FLAG]: WANT is "went on" or "not supported"; FLAG
+# is -rebuild: the ranks left make a new communicator instead of shrinking.
 drill() {
-  local variant=$1 per=$2 want=$3 st=2
-  local name="torchrun --nnodes=2 × $per, node 1 killed mid-loop, fake NCCL $variant"
+  local variant=$1 per=$2 want=$3 flag=${4:-} st=2
+  local name="torchrun --nnodes=2 × $per, node 1 killed mid-loop, fake NCCL $variant${flag:+, $flag}"
   local log=("$work/drill-$variant-$per-node0.log" "$work/drill-$variant-$per-node1.log")
   local p k agents=() victims killed lags="" bad="" failed final ms lag went notsup
   p=$(port)
   for k in 0 1; do
     (cd "$work" && GONCCL_NCCL_LIB=$work/fakes/$variant exec "${TR[@]}" --monitor_interval 60 --nnodes=2 --node_rank=$k \
       --nproc_per_node=$per --master_addr=127.0.0.1 --master_port=$p \
-      $E/nodeloss -n 65536 -for 60s -step-timeout ${st}s -timeout 30s -lost-node 1 >"${log[$k]}" 2>&1) &
+      $E/nodeloss -n 65536 -for 60s -step-timeout ${st}s -timeout 30s -lost-node 1 $flag >"${log[$k]}" 2>&1) &
     agents+=($!)
     agent_pids+=($!)
   done
@@ -324,7 +325,7 @@ drill() {
   "not supported") [ "$notsup" -eq "$per" ] || bad+="$notsup of $per survivors said not supported; " ;;
   esac
   if [ -z "$bad" ]; then
-    echo "ok    $name: node 0's $per rank(s) returned ${lags} after the kill (step deadline ${st} s) with $(grep 'on node 0: step [0-9]* failed' "${log[0]}" | grep -oE '\((ErrRemote|ErrSystem|context\.DeadlineExceeded|ErrRevoked)\)' | sort -u | tr -d '()' | tr '\n' ' ')and $want (NCCL $(grep -m1 'looping for' "${log[0]}" | grep -o 'NCCL [0-9.]*[0-9]' | cut -d' ' -f2))$([ "$want" = "went on" ] && echo ": shrank to $per rank(s), 10 steps × 65536 floats checked on each")"
+    echo "ok    $name: node 0's $per rank(s) returned ${lags} after the kill (step deadline ${st} s) with $(grep 'on node 0: step [0-9]* failed' "${log[0]}" | grep -oE '\((ErrRemote|ErrSystem|context\.DeadlineExceeded|ErrRevoked)\)' | sort -u | tr -d '()' | tr '\n' ' ')and $want (NCCL $(grep -m1 'looping for' "${log[0]}" | grep -o 'NCCL [0-9.]*[0-9]' | cut -d' ' -f2))$([ "$want" = "went on" ] && echo ": $([ -n "$flag" ] && echo "a new communicator of" || echo "shrank to") $per rank(s), 10 steps × 65536 floats checked on each")"
   else
     echo "FAIL  $name: $bad"
     cat "${log[@]}" | grep -v '^\[W' | tail -30 | sed 's/^/      /'
@@ -335,6 +336,8 @@ echo "== a node dies mid-collective (torchrun, two nodes here)"
 drill v230 1 "went on"
 drill v230 2 "went on"
 drill default 2 "not supported"
+drill default 2 "went on" -rebuild
+drill v230 1 "went on" -rebuild
 
 [ $fails -eq 0 ] || die "$fails run(s)"
 if [ "${GONCCL_SKIP_SLURM:-}" = 1 ]; then

@@ -28,6 +28,7 @@ var blocks = []block{
 	{"thread-per-gpu", threadPerGPUBlock},
 	{"one-thread", oneThreadBlock},
 	{"threads", threadsBlock},
+	{"nodes", nodesBlock},
 	{"layouts", layoutsBlock},
 	{"np-graph", npGraphBlock},
 	{"operations", operationsBlock},
@@ -142,6 +143,8 @@ const (
 	g2Tests     = "h200x2-nccl2.28.3-g2-nccl-tests.json"
 	thBench     = "h200x2-nccl2.28.3-threads-nccl-bench.json"
 	thTests     = "h200x2-nccl2.28.3-threads-nccl-tests.json"
+	nodesBench  = "h200x2-nccl2.28.3-nodes-nccl-bench.json"
+	nodesTests  = "h200x2-nccl2.28.3-nodes-nccl-tests.json"
 	bw2Bench    = "h200x2-nccl2.28.3-bw-nccl-bench.json"
 	bw2Tests    = "h200x2-nccl2.28.3-bw-nccl-tests.json"
 	modesBench  = "h100x4-nccl2.28.3-modes-nccl-bench.json"
@@ -322,6 +325,38 @@ func threadsBlock(res Results, _ BenchSets) string {
 				}
 			}
 			fmt.Fprintf(&b, "| %s | %s | `%s` | %d | %s | %s (%.2f) |\n", code(m), runs[0].Program, runs[0].Layout(), len(runs), f2(mean(t)), sgn(mean(d)), stderr(d))
+		}
+	}
+	return b.String()
+}
+
+// nodesBlock: busbw across two emulated nodes (scripts/bench-nodes.sh), per
+// operation and size: each program's median over the rounds and their ratio.
+func nodesBlock(res Results, _ BenchSets) string {
+	var b strings.Builder
+	b.WriteString("| operation | size | rounds | nccl-tests busbw GB/s | nccl-bench busbw GB/s | ratio |\n|---|---:|---:|---:|---:|---:|\n")
+	bench, tests := res.Get(nodesBench), res.Get(nodesTests)
+	ops, byOp := groupBy(bench, func(r *Run) string { return r.Op })
+	for _, op := range ops {
+		var tOp []Run
+		for _, t := range tests {
+			if t.Op == op {
+				tOp = append(tOp, t)
+			}
+		}
+		for _, size := range sizes(byOp[op]) {
+			var tb, bb []float64
+			for _, r := range tOp {
+				if w := r.row(size); w != nil {
+					tb = append(tb, w.OutBusBW)
+				}
+			}
+			for _, r := range byOp[op] {
+				if w := r.row(size); w != nil {
+					bb = append(bb, w.OutBusBW)
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s |\n", op, sizeName(size), len(bb), f2(median(tb)), f2(median(bb)), ratio(median(bb)/median(tb)))
 		}
 	}
 	return b.String()

@@ -11,8 +11,13 @@
 // With -lost-node K the ranks of the other nodes then go on without node K:
 // they revoke the communicator (Comm.Revoke, NCCL >= 2.28.7), shrink node K's
 // ranks away (Comm.Shrink with ShrinkAbort) and run -after more checked
-// steps among themselves. On an NCCL without ncclCommRevoke they say so and
-// exit 1, as they do without -lost-node. Which ranks are on node K comes from
+// steps among themselves. Where NCCL refuses the revoke or the shrink with
+// the peer's closed connection (NCCL 2.28.9 across nodes keeps that error
+// and refuses to revoke), and with -rebuild on any NCCL, they abort and make
+// a new communicator of the ranks left instead, its id shared through
+// torchrun's store (kept by the first node's agent, which must be among
+// them). On an NCCL without ncclCommRevoke and without -rebuild they say so
+// and exit 1, as they do without -lost-node. Which ranks are on node K comes from
 // the launcher (torchrun's GROUP_RANK, srun's SLURM_NODEID), gathered from
 // every rank at the start. Two nodes, node 1 killed while the loop runs
 // (scripts/gpu-nodes.sh does it with two nodes emulated on one machine):
@@ -44,6 +49,7 @@ var (
 	lostNode  = flag.Int("lost-node", -1, "the node whose ranks the others shrink away when a step fails (-1: none, exit 1)")
 	stepLimit = flag.Duration("step-timeout", 5*time.Second, "deadline of one step: past it, a silent peer counts as dead")
 	timeout   = flag.Duration("timeout", time.Minute, "deadline to join, again to recover, and again to close")
+	rebuild   = flag.Bool("rebuild", false, "go on without the lost node through a new communicator (abort, a fresh id through torchrun's store, init) instead of revoking and shrinking")
 )
 
 // nonBlocking: every call that waits on peers (init, Revoke, Shrink, Close)
@@ -130,11 +136,14 @@ func run(lib *nccl.Library, job launch.Job, share launch.Share) error {
 			comm.Abort()
 			return fmt.Errorf("step %d: %w", step, err)
 		}
+		if *rebuild {
+			return goOnAnew(lib, job, share, comm, r, nodes)
+		}
 		if canShrink != nil {
 			comm.Abort()
 			return fmt.Errorf("cannot go on without node %d: %w", *lostNode, canShrink)
 		}
-		return goOn(comm, r, nodes)
+		return goOn(lib, job, share, comm, r, nodes)
 	}
 	if err := r.free(); err != nil {
 		return err
@@ -164,8 +173,12 @@ func lossKind(err error) string {
 }
 
 // goOn revokes comm, shrinks the lost node's ranks away and runs -after
-// checked steps on the ranks left.
-func goOn(comm *nccl.Comm, r *ring, nodes []int) error {
+// checked steps on the ranks left. Where NCCL refuses the revoke or the
+// shrink because the communicator holds a peer's closed connection
+// (ErrRemote: NCCL keeps that error for good, and 2.28.9 refuses to revoke
+// across nodes after it), it goes on through a new communicator instead
+// (goOnAnew).
+func goOn(lib *nccl.Library, job launch.Job, share launch.Share, comm *nccl.Comm, r *ring, nodes []int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	began := time.Now()
@@ -175,6 +188,10 @@ func goOn(comm *nccl.Comm, r *ring, nodes []int) error {
 	// communicator's error, which its shrink checks.
 	if !comm.Revoked() {
 		if err := comm.Revoke(ctx); err != nil {
+			if errors.Is(err, nccl.ErrRemote) {
+				fmt.Printf("nodeloss: rank %d: NCCL refused the revoke (%v): a new communicator instead\n", comm.Rank(), err)
+				return goOnAnew(lib, job, share, comm, r, nodes)
+			}
 			return fmt.Errorf("revoke: %w", err)
 		}
 	}
@@ -185,6 +202,10 @@ func goOn(comm *nccl.Comm, r *ring, nodes []int) error {
 		}
 	}
 	left, err := comm.Shrink(ctx, gone, nil, nccl.ShrinkAbort)
+	if errors.Is(err, nccl.ErrRemote) {
+		fmt.Printf("nodeloss: rank %d: NCCL refused the shrink (%v): a new communicator instead\n", comm.Rank(), err)
+		return goOnAnew(lib, job, share, comm, r, nodes)
+	}
 	if err != nil {
 		return fmt.Errorf("shrink away ranks %v: %w", gone, err)
 	}
@@ -196,7 +217,51 @@ func goOn(comm *nccl.Comm, r *ring, nodes []int) error {
 	}
 	fmt.Printf("nodeloss: rank %d/%d is rank %d/%d without node %d (ranks %v): revoked and shrunk in %v\n",
 		comm.Rank(), comm.Size(), left.Rank(), left.Size(), *lostNode, gone, time.Since(began).Round(time.Millisecond))
-	r, err = newRing(left)
+	return stepsWithout(ctx, left)
+}
+
+// goOnAnew aborts comm and makes a new communicator of the ranks left, on
+// any NCCL: the lowest of them makes a fresh id and shares it through the
+// launcher's store (torchrun's, which the first node's agent keeps: that
+// node must be among the ranks left), the others read it, and all init.
+// Then -after checked steps.
+func goOnAnew(lib *nccl.Library, job launch.Job, share launch.Share, comm *nccl.Comm, r *ring, nodes []int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	began := time.Now()
+	comm.Abort() // nothing of NCCL's runs on the buffers after it
+	if err := r.free(); err != nil {
+		return err
+	}
+	j := job
+	j.Rank, j.Size = -1, 0
+	for rank, node := range nodes {
+		if node == *lostNode {
+			continue
+		}
+		if rank == comm.Rank() {
+			j.Rank = j.Size
+		}
+		j.Size++
+	}
+	id, err := launch.UniqueID(ctx, lib, j, launch.Share{Via: launch.ViaStore, Store: share.Store,
+		Name: fmt.Sprintf("nodeloss-without-node-%d", *lostNode)})
+	if err != nil {
+		return fmt.Errorf("a new id for the ranks left: %w", err)
+	}
+	left, err := lib.InitRank(ctx, comm.Device(), id, j.Size, j.Rank, nonBlocking)
+	if err != nil {
+		return fmt.Errorf("a new communicator of the ranks left: %w", err)
+	}
+	fmt.Printf("nodeloss: rank %d/%d is rank %d/%d without node %d: a new communicator in %v\n",
+		comm.Rank(), comm.Size(), left.Rank(), left.Size(), *lostNode, time.Since(began).Round(time.Millisecond))
+	return stepsWithout(ctx, left)
+}
+
+// stepsWithout runs -after checked steps on left, the communicator of the
+// ranks left, and closes it.
+func stepsWithout(ctx context.Context, left *nccl.Comm) error {
+	r, err := newRing(left)
 	if err != nil {
 		return err
 	}
