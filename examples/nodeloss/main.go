@@ -189,7 +189,7 @@ func goOn(lib *nccl.Library, job launch.Job, share launch.Share, comm *nccl.Comm
 	if !comm.Revoked() {
 		if err := comm.Revoke(ctx); err != nil {
 			if errors.Is(err, nccl.ErrRemote) {
-				fmt.Printf("nodeloss: rank %d: NCCL refused the revoke (%v): a new communicator instead\n", comm.Rank(), err)
+				fmt.Printf("nodeloss: rank %d/%d: NCCL refused the revoke (%v): a new communicator instead\n", comm.Rank(), comm.Size(), err)
 				return goOnAnew(lib, job, share, comm, r, nodes)
 			}
 			return fmt.Errorf("revoke: %w", err)
@@ -203,7 +203,7 @@ func goOn(lib *nccl.Library, job launch.Job, share launch.Share, comm *nccl.Comm
 	}
 	left, err := comm.Shrink(ctx, gone, nil, nccl.ShrinkAbort)
 	if errors.Is(err, nccl.ErrRemote) {
-		fmt.Printf("nodeloss: rank %d: NCCL refused the shrink (%v): a new communicator instead\n", comm.Rank(), err)
+		fmt.Printf("nodeloss: rank %d/%d: NCCL refused the shrink (%v): a new communicator instead\n", comm.Rank(), comm.Size(), err)
 		return goOnAnew(lib, job, share, comm, r, nodes)
 	}
 	if err != nil {
