@@ -13,4 +13,12 @@ if [ -n "${!devs:-}" ]; then
   export CUDA_VISIBLE_DEVICES=${!devs}
 fi
 export NCCL_HOSTID=$host
+# Open MPI names its session directory and its shared-memory (vader) segments
+# after the host name and the local rank, so two emulated hosts of one machine
+# would share them: ranks of one host would map the other's segments and crash
+# in their first MPI collective (nccl-tests' MPI build does one). Each host
+# keeps its own.
+dir=${TMPDIR:-/tmp}/emulated-host-$host
+mkdir -p "$dir"
+export OMPI_MCA_orte_tmpdir_base=$dir OMPI_MCA_btl_vader_backing_directory=$dir
 exec bash -c "$*"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the launched examples on the fake libraries under the real launchers:
-# Open MPI's mpirun (also across two hosts emulated here), Slurm's srun (a
+# Open MPI's mpirun (also across two hosts emulated here, where an MPI
+# program checks that their ranks keep their shared memory apart), Slurm's srun (a
 # two-node cluster of its own on this host, a slurmctld and a slurmd per node
 # started here and stopped at every exit) and PyTorch's torchrun (static
 # rendezvous, whose agent serves the c10d store, --rdzv_backend=c10d, and two
@@ -14,7 +15,7 @@
 #
 #   scripts/test-launchers.sh
 #
-# Needs mpirun (Debian: openmpi-bin), slurmctld, slurmd and srun (slurm-wlm)
+# Needs mpirun and mpicc (Debian: openmpi-bin, libopenmpi-dev), slurmctld, slurmd and srun (slurm-wlm)
 # and torchrun (python3-torch); .ci/run installs them. Slurm's daemons run as
 # root here (SlurmUser=root, no munge: AuthType=auth/none), so the srun part
 # needs root; elsewhere set GONCCL_SKIP_SLURM=1 to leave it out, said in the
@@ -26,12 +27,12 @@ die() {
   exit 1
 }
 missing=()
-for c in mpirun torchrun; do command -v $c >/dev/null || missing+=($c); done
+for c in mpirun mpicc torchrun; do command -v $c >/dev/null || missing+=($c); done
 if [ "${GONCCL_SKIP_SLURM:-}" != 1 ]; then
   for c in slurmctld slurmd srun sinfo; do command -v $c >/dev/null || missing+=($c); done
   [ "$(id -u)" = 0 ] || die "the srun part starts slurmd, which needs root (GONCCL_SKIP_SLURM=1 leaves it out)"
 fi
-[ ${#missing[@]} -eq 0 ] || die "missing ${missing[*]} (apt-get install openmpi-bin slurm-wlm python3-torch)"
+[ ${#missing[@]} -eq 0 ] || die "missing ${missing[*]} (apt-get install openmpi-bin libopenmpi-dev slurm-wlm python3-torch)"
 
 work=$(mktemp -d)
 slurm_pids=()
@@ -54,6 +55,7 @@ trap 'exit 143' TERM
 go run ./cmd/nccl-fakes -o "$work/fakes" >/dev/null || die "building the fakes"
 mkdir -p "$work/bin"
 CGO_ENABLED=0 go build -o "$work/bin/" ./examples/allreduce ./examples/dataparallel ./examples/nodeloss || die "building the examples"
+mpicc -O2 -o "$work/bin/mpi-allgather" scripts/mpi-allgather.c || die "building scripts/mpi-allgather.c"
 E=$work/bin
 export GONCCL_CUDART_LIB=$work/fakes/cudart GONCCL_NCCL_LIB=$work/fakes/default FAKECUDA_DEVICES=4 NCCL_COMM_ID=
 if [ "$(id -u)" = 0 ]; then
@@ -119,6 +121,12 @@ ranks 3 "$(ok dataparallel openmpi commid)" "mpirun -np 3 dataparallel, NCCL_COM
 ranks 3 "$(ok allreduce openmpi commid)" "mpirun --host nodeA:1,nodeB:2 (two hosts emulated here) allreduce, NCCL_COMM_ID" \
   "${MPI[@]}" --host nodeA:1,nodeB:2 --mca plm rsh --mca rtc ^hwloc --mca plm_rsh_agent "$PWD/scripts/emulated-host-rsh.sh" -np 3 \
   -x NCCL_COMM_ID=127.0.0.1:$(port) $E/allreduce -n 65536 -timeout 30s
+# Two ranks per emulated host talk through Open MPI's shared memory, as
+# nccl-tests' MPI build does under scripts/bench-nodes.sh: each host's must be
+# its own.
+ranks 4 "mpi-allgather: rank [0-3] of 4: 50 rounds checked" "mpirun --host nodeA:2,nodeB:2 (two hosts emulated here) MPI_Allgather" \
+  "${MPI[@]}" --host nodeA:2,nodeB:2 --mca plm rsh --mca rtc ^hwloc --mca plm_rsh_agent "$PWD/scripts/emulated-host-rsh.sh" -np 4 \
+  $E/mpi-allgather
 refused "mpirun -np 2 allreduce without a way to share the id" "NCCL_COMM_ID" \
   "${MPI[@]}" -np 2 $E/allreduce -n 1024 -timeout 10s
 
