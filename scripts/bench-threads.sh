@@ -13,8 +13,9 @@
 #   N=4 ROUNDS=5 MODE="-R 2 -G 20" scripts/bench-threads.sh [OUT]
 #   MODE="" SIZES="-b 8 -e 1M -f 4" scripts/bench-threads.sh    # plain launches
 #
-# OUT/runs keeps every run's output (nccl-bench's also as -json, for
-# `go run ./cmd/nccl-results import`); OUT/threads.md the summary.
+# OUT/runs keeps every run's table, for `go run ./cmd/nccl-results import`
+# (docs/results/README.md; nccl-bench's header says -threads); OUT/threads.md
+# the summary, from the same runs.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 export NCCL_NVLS_ENABLE=0
@@ -46,10 +47,6 @@ for round in $(seq "$ROUNDS"); do
     name=${names[$(((k + round - 1) % 4))]}
     # shellcheck disable=SC2086
     timeout 300 $(cmd "$name") $SIZES $ITERS -c 0 $MODE >"$OUT/runs/$name-$round.txt" 2>&1 || echo "bench-threads: $name round $round failed"
-    case $name in
-    bench-*) # shellcheck disable=SC2086
-      timeout 300 $(cmd "$name") $SIZES $ITERS -c 0 $MODE -json >"$OUT/runs/$name-$round.json" 2>/dev/null ;;
-    esac
   done
 done
 {

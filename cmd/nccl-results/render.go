@@ -143,6 +143,8 @@ const (
 	g2Tests     = "h200x2-nccl2.28.3-g2-nccl-tests.json"
 	thBench     = "h200x2-nccl2.28.3-threads-nccl-bench.json"
 	thTests     = "h200x2-nccl2.28.3-threads-nccl-tests.json"
+	th4Bench    = "h200x4-nccl2.28.3-threads-nccl-bench.json"
+	th4Tests    = "h200x4-nccl2.28.3-threads-nccl-tests.json"
 	nodesBench  = "h200x2-nccl2.28.3-nodes-nccl-bench.json"
 	nodesTests  = "h200x2-nccl2.28.3-nodes-nccl-tests.json"
 	bw2Bench    = "h200x2-nccl2.28.3-bw-nccl-bench.json"
@@ -296,9 +298,8 @@ func oneThreadBlock(res Results, _ BenchSets) string {
 // nccl-bench's -g N, per mode: each run's mean time over its sizes, and the
 // per-round difference to nccl-tests -t N -g 1 (scripts/bench-threads.sh).
 func threadsBlock(res Results, _ BenchSets) string {
-	bench, tests := res.Get(thBench), res.Get(thTests)
 	var b strings.Builder
-	b.WriteString("| mode | program | layout | rounds | mean µs | − nccl-tests `-t N -g 1`: mean (se) |\n|---|---|---|---:|---:|---:|\n")
+	b.WriteString("| machine | mode | program | layout | rounds | mean µs | − nccl-tests `-t N -g 1`: mean (se) |\n|---|---|---|---|---:|---:|---:|\n")
 	meanOf := func(r *Run) float64 {
 		var v []float64
 		for _, w := range r.Rows {
@@ -306,29 +307,35 @@ func threadsBlock(res Results, _ BenchSets) string {
 		}
 		return mean(v)
 	}
-	modes, byMode := groupBy(append(append([]Run{}, tests...), bench...), func(r *Run) string { return r.Mode() })
-	for _, m := range modes {
-		ref := map[int]float64{}
-		for _, r := range byMode[m] {
-			if r.Program == "nccl-tests" && r.Threads > 1 {
-				ref[r.Round] = meanOf(&r)
-			}
-		}
-		layouts, byLayout := groupBy(byMode[m], func(r *Run) string { return r.Program + " " + r.Layout() })
-		for _, l := range layouts {
-			runs := byLayout[l]
-			var t, d []float64
-			for _, r := range runs {
-				t = append(t, meanOf(&r))
-				if x, ok := ref[r.Round]; ok {
-					d = append(d, meanOf(&r)-x)
+	for _, set := range threadSets {
+		modes, byMode := groupBy(append(append([]Run{}, res.Get(set.tests)...), res.Get(set.bench)...), func(r *Run) string { return r.Mode() })
+		for _, m := range modes {
+			ref := map[int]float64{}
+			for _, r := range byMode[m] {
+				if r.Program == "nccl-tests" && r.Threads > 1 {
+					ref[r.Round] = meanOf(&r)
 				}
 			}
-			fmt.Fprintf(&b, "| %s | %s | `%s` | %d | %s | %s (%.2f) |\n", code(m), runs[0].Program, runs[0].Layout(), len(runs), f2(mean(t)), sgn(mean(d)), stderr(d))
+			layouts, byLayout := groupBy(byMode[m], func(r *Run) string { return r.Program + " " + r.Layout() })
+			for _, l := range layouts {
+				runs := byLayout[l]
+				var t, d []float64
+				for _, r := range runs {
+					t = append(t, meanOf(&r))
+					if x, ok := ref[r.Round]; ok {
+						d = append(d, meanOf(&r)-x)
+					}
+				}
+				fmt.Fprintf(&b, "| %s | %s | %s | `%s` | %d | %s | %s (%.2f) |\n", runs[0].Machine, code(m), runs[0].Program, runs[0].Layout(), len(runs), f2(mean(t)), sgn(mean(d)), stderr(d))
+			}
 		}
 	}
 	return b.String()
 }
+
+// threadSets are the measurements of nccl.Threads (scripts/bench-threads.sh),
+// one pair of files per machine.
+var threadSets = []struct{ bench, tests string }{{thBench, thTests}, {th4Bench, th4Tests}}
 
 // nodesBlock: busbw across two emulated nodes (scripts/bench-nodes.sh), per
 // operation and size: each program's median over the rounds and their ratio.
@@ -617,29 +624,34 @@ func standingBlock(res Results, bench BenchSets) string {
 		d, tm, bm = append(d, mean(p.diff)), append(tm, median(p.tests)), append(bm, median(p.bench))
 		times = append(times, median(p.tests)/median(sg.tests), median(p.bench)/median(sg.bench))
 	}
-	fmt.Fprintf(&b, "- **One thread driving 4 GPUs** (`-g 4 -R 2 -G 10`, 4 × H200): nccl-bench %s µs over nccl-tests per host (mean of the rounds), at %s µs per operation against nccl-tests' %s; both programs take %s times as long as with a thread per GPU. This gap is not closed.\n",
+	fmt.Fprintf(&b, "- **One thread driving 4 GPUs** (`-g 4 -R 2 -G 10`, 4 × H200): nccl-bench %s µs over nccl-tests per host (mean of the rounds), at %s µs per operation against nccl-tests' %s; both programs take %s times as long as with a thread per GPU. From one goroutine, `nccl.Threads` closes that gap (below).\n",
 		spanOf(d, sgn), spanOf(bm, f2), spanOf(tm, f2), spanOf(times, func(v float64) string { return fmt.Sprintf("%.1f", v) }))
 	if g2 := pair(res.Get(g2Tests, mode("-R 2 -G 10")), res.Get(g2Bench, mode("-R 2 -G 10")), 8); len(g2.diff) > 0 {
 		fmt.Fprintf(&b, "- **One thread driving 2 GPUs** (`-g 2 -R 2 -G 10`, 2 × H200): nccl-bench %s µs, nccl-tests %s µs (medians of %d rounds; difference %s, se %.2f).\n",
 			f2(median(g2.bench)), f2(median(g2.tests)), len(g2.diff), sgn(mean(g2.diff)), stderr(g2.diff))
 	}
-	if th := res.Get(thBench); len(th) > 0 {
-		var d []float64
+	for _, set := range threadSets {
+		var t, d []float64
 		ref := map[int]float64{}
-		for _, r := range res.Get(thTests, mode("-R 2 -G 20")) {
+		for _, r := range res.Get(set.tests, mode("-R 2 -G 20")) {
 			if r.Threads > 1 {
 				ref[r.Round] = us(&r, 8)
 			}
 		}
-		var t []float64
-		for _, r := range res.Get(thBench, mode("-R 2 -G 20")) {
+		var machine string
+		var gpus int
+		for _, r := range res.Get(set.bench, mode("-R 2 -G 20")) {
 			if r.GPUThreads {
 				t = append(t, us(&r, 8))
 				d = append(d, us(&r, 8)-ref[r.Round])
+				machine, gpus = r.Machine, r.Ranks
 			}
 		}
-		fmt.Fprintf(&b, "- **One goroutine driving 2 GPUs through `nccl.Threads`** (`-g 2 -threads -R 2 -G 20`, 2 × H200), 8-byte all-reduce: nccl-bench %s µs, %s µs against nccl-tests with a thread per GPU (mean of %d rounds, se %.2f), ahead of nccl-tests from one thread ([below](#one-goroutine-driving-several-gpus--g-n--threads)).\n",
-			f2(median(t)), sgn(mean(d)), len(d), stderr(d))
+		if len(t) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "- **One goroutine driving %d GPUs through `nccl.Threads`** (`-g %d -threads -R 2 -G 20`, %s), 8-byte all-reduce: nccl-bench %s µs, %s µs against nccl-tests with a thread per GPU (mean of %d rounds, se %.2f), ahead of nccl-tests from one thread ([below](#one-goroutine-driving-several-gpus--g-n--threads)).\n",
+			gpus, gpus, machine, f2(median(t)), sgn(mean(d)), len(d), stderr(d))
 	}
 	np := comparisons(res, npBench, npTests)
 	fmt.Fprintf(&b, "- **One process per GPU** (`-np 2`, `-np 4`, 4 × H100), 8 B from a graph over symmetric buffers: nccl-bench %s and %s µs, nccl-tests %s and %s µs.\n",
