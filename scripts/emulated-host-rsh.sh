@@ -4,7 +4,11 @@
 # scripts/emulated-host-rsh.sh. The command (Open MPI's orted, and through it
 # the ranks) gets NCCL_HOSTID=HOST, so that NCCL counts the emulated hosts as
 # nodes, and CUDA_VISIBLE_DEVICES from DEVS_HOST where that is set (the host's
-# GPUs). Used by scripts/gpu-nodes.sh and scripts/test-launchers.sh.
+# GPUs). Where a network namespace gonccl-HOST exists
+# (scripts/test-netns-nodes.sh makes them), the command runs in it under the
+# host name HOST instead, with no NCCL_HOSTID: the host has an address and a
+# name of its own. Used by scripts/gpu-nodes.sh, scripts/test-launchers.sh and
+# scripts/test-netns-nodes.sh.
 while [[ "${1:-}" == -* ]]; do shift; done # ssh's options, if any
 host=$1
 shift
@@ -21,4 +25,8 @@ export NCCL_HOSTID=$host
 dir=${TMPDIR:-/tmp}/emulated-host-$host
 mkdir -p "$dir"
 export OMPI_MCA_orte_tmpdir_base=$dir OMPI_MCA_btl_vader_backing_directory=$dir
+if [ -e "/run/netns/gonccl-$host" ]; then
+  unset NCCL_HOSTID
+  exec ip netns exec "gonccl-$host" unshare --uts bash -c 'hostname "$0" && exec bash -c "$1"' "$host" "$*"
+fi
 exec bash -c "$*"

@@ -100,8 +100,10 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <limits.h>
 #include <math.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -175,7 +177,7 @@ int cudaGetDevice(int* d);
 int cudaSetDevice(int d);
 
 /* The parts, in this order: each uses what the ones before it declare. */
-#include "fakenccl/net.c" /* errors, loopback TCP, unique ids */
+#include "fakenccl/net.c" /* errors, TCP, unique ids */
 #include "fakenccl/comms.c" /* cliques and communicators, groups, calls inside the library, non-blocking jobs */
 #include "fakenccl/debug.c" /* NCCL_DEBUG's INFO line for each operation (subsystem COLL) */
 #include "fakenccl/lifecycle.c" /* a remote rank's connection; ncclCommInit*, Split, Finalize, Destroy, Abort, queries */

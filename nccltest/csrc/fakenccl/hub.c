@@ -479,11 +479,7 @@ static int ensure_root(netaddr* at) {
     pthread_mutex_lock(&rootmu);
     if (root_fd < 0) {
         netaddr a;
-        memset(&a, 0, sizeof a);
-        a.family = 4;
-        a.addr[0] = 127;
-        a.addr[3] = 1;
-        int fd = listen_on(&a);
+        int fd = bootstrap_ip(&a) ? -1 : listen_on(&a);
         if (fd < 0) {
             pthread_mutex_unlock(&rootmu);
             return -1;

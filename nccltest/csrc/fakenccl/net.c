@@ -1,4 +1,4 @@
-/* fakenccl: errors, loopback TCP, unique ids. Part of fakenccl.c, which includes it: not compiled alone. */
+/* fakenccl: errors, TCP, unique ids. Part of fakenccl.c, which includes it: not compiled alone. */
 
 /* ---- errors: NCCL keeps one last-error buffer for the whole process ---- */
 
@@ -45,7 +45,7 @@ API ncclResult_t ncclGetVersion(int* v) {
 /* For tests: how often the version was read (gonccl's Open reads it once). */
 API long fakenccl_version_reads(void) { return __atomic_load_n(&version_reads, __ATOMIC_RELAXED); }
 
-/* ---- loopback TCP: addresses, sockets, messages ---- */
+/* ---- TCP: addresses, sockets, messages ---- */
 
 typedef struct {
     int family; /* 4 or 6; 1: an abstract Unix socket named by addr[0..7] (a shrink's rendezvous) */
@@ -138,6 +138,63 @@ static void nodelay(int fd) {
 
 /* listen_on binds and listens at a (port 0: an ephemeral port, written back);
  * -1 with errno set on failure. */
+/* if_listed: whether an interface's name is in an NCCL_SOCKET_IFNAME-style
+ * list: comma-separated name prefixes ("=" before the list: exact names), a
+ * leading "^" to exclude them instead; ":port" suffixes are ignored. */
+static int if_listed(const char* name, const char* list) {
+    int exclude = *list == '^';
+    list += exclude;
+    int exact = *list == '=';
+    list += exact;
+    char buf[256], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", list);
+    int hit = 0;
+    for (char* tok = strtok_r(buf, ",", &save); tok && !hit; tok = strtok_r(NULL, ",", &save)) {
+        char* colon = strchr(tok, ':');
+        if (colon) *colon = 0;
+        hit = exact ? !strcmp(name, tok) : !strncmp(name, tok, strlen(tok));
+    }
+    return exclude ? !hit : hit;
+}
+
+/* bootstrap_ip: the address a root listens on and its ids carry, so that ranks
+ * on other hosts can dial it. NCCL chooses its bootstrap interface so
+ * (ncclFindInterfaces): NCCL_SOCKET_IFNAME where set, else InfiniBand (ib*),
+ * else any interface but docker* and lo*, else docker*, else lo; IPv4 here.
+ * -1 with errno ENODEV where NCCL_SOCKET_IFNAME names nothing that is up. */
+static int bootstrap_ip(netaddr* a) {
+    const char* env = getenv("NCCL_SOCKET_IFNAME");
+    const char* order[] = {"ib", "^docker,lo", "docker", "lo"};
+    int n = 4;
+    if (env && *env) {
+        order[0] = env;
+        n = 1;
+    }
+    struct ifaddrs* ifs;
+    if (getifaddrs(&ifs)) return -1;
+    int found = 0;
+    for (int i = 0; i < n && !found; i++)
+        for (struct ifaddrs* p = ifs; p && !found; p = p->ifa_next)
+            if (p->ifa_addr && p->ifa_addr->sa_family == AF_INET && (p->ifa_flags & IFF_UP) && if_listed(p->ifa_name, order[i])) {
+                memset(a, 0, sizeof *a);
+                a->family = 4;
+                memcpy(a->addr, &((struct sockaddr_in*)p->ifa_addr)->sin_addr, 4);
+                found = 1;
+            }
+    freeifaddrs(ifs);
+    if (!found && n == 1) {
+        errno = ENODEV;
+        return -1;
+    }
+    if (!found) { /* no interface at all: the loopback's address */
+        memset(a, 0, sizeof *a);
+        a->family = 4;
+        a->addr[0] = 127;
+        a->addr[3] = 1;
+    }
+    return 0;
+}
+
 static int listen_on(netaddr* a) {
     struct sockaddr_storage ss;
     socklen_t len = to_sockaddr(a, &ss);
