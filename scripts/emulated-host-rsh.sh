@@ -27,6 +27,7 @@ mkdir -p "$dir"
 export OMPI_MCA_orte_tmpdir_base=$dir OMPI_MCA_btl_vader_backing_directory=$dir
 if [ -e "/run/netns/gonccl-$host" ]; then
   unset NCCL_HOSTID
-  exec ip netns exec "gonccl-$host" unshare --uts bash -c 'hostname "$0" && exec bash -c "$1"' "$host" "$*"
+  exec nsenter --net="/run/netns/gonccl-$host" unshare --uts --mount \
+    bash -c 'mount --bind "/etc/netns/gonccl-$0/hosts" /etc/hosts && hostname "$0" && exec bash -c "$1"' "$host" "$*"
 fi
 exec bash -c "$*"

@@ -145,54 +145,10 @@ if [ "${GONCCL_SKIP_SLURM:-}" != 1 ]; then
   nodeA=$(hostname -s)
   nodeB=$nodeA-b
   echo "== srun, a two-node cluster started here ($nodeA, $nodeB)"
-  mkdir -p "$work/slurm/state" "$work/slurm/spool-$nodeA" "$work/slurm/spool-$nodeB"
-  printf '#!/bin/sh\necho "export NCCL_HOSTID=$SLURMD_NODENAME"\n' >"$work/slurm/task-prolog.sh"
-  chmod +x "$work/slurm/task-prolog.sh"
-  cat >"$work/slurm/slurm.conf" <<CONF
-ClusterName=gonccl-ci
-SlurmctldHost=$nodeA(127.0.0.1)
-SlurmctldPort=$(port)
-SlurmUser=root
-AuthType=auth/none
-CredType=cred/none
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-TaskProlog=$work/slurm/task-prolog.sh
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SchedulerType=sched/builtin
-SlurmdParameters=config_overrides
-ReturnToService=2
-StateSaveLocation=$work/slurm/state
-SlurmdSpoolDir=$work/slurm/spool-%n
-SlurmctldPidFile=$work/slurm/slurmctld.pid
-SlurmdPidFile=$work/slurm/slurmd-%n.pid
-SlurmctldLogFile=$work/slurm/slurmctld.log
-SlurmdLogFile=$work/slurm/slurmd-%n.log
-NodeName=$nodeA NodeAddr=127.0.0.1 Port=$(port) CPUs=8 State=UNKNOWN
-NodeName=$nodeB NodeAddr=127.0.0.1 Port=$(port) CPUs=8 State=UNKNOWN
-PartitionName=ci Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-CONF
-  export SLURM_CONF=$work/slurm/slurm.conf
-  slurmctld -D -c -f "$SLURM_CONF" >"$work/slurm/ctld.out" 2>&1 &
-  slurm_pids+=($!)
-  for n in "$nodeA" "$nodeB"; do
-    slurmd -D -N "$n" -f "$SLURM_CONF" >"$work/slurm/d-$n.out" 2>&1 &
-    slurm_pids+=($!)
-  done
-  up() { [ "$(sinfo -h -N -o '%N %t' 2>/dev/null | sort | tr '\n' ' ')" = "$nodeA idle $nodeB idle " ]; }
-  for _ in $(seq 60); do
-    up && break
-    sleep 0.5
-  done
-  if ! up; then
-    sinfo -N || true
-    tail -20 "$work"/slurm/*.log "$work"/slurm/*.out || true
+  # shellcheck source=scripts/slurm-cluster.sh
+  . scripts/slurm-cluster.sh
+  SLURM_HOSTID_PROLOG=1 slurm_cluster "$work/slurm" "$nodeA" 127.0.0.1 "$nodeB" 127.0.0.1 ||
     die "the two-node Slurm cluster did not come up"
-  fi
   echo "   $(srun --version)"
   # Where a step over both nodes puts its tasks, and what the prolog gives them.
   want=$(printf 'task %s on %s, NCCL_HOSTID=%s\n' 0 "$nodeA" "$nodeA" 1 "$nodeA" "$nodeA" 2 "$nodeB" "$nodeB" 3 "$nodeB" "$nodeB")

@@ -13,17 +13,19 @@
 #   mpirun --host node-a:2,node-b:2 with NCCL_COMM_ID=node-a:PORT, node-b's
 #     daemon started through scripts/emulated-host-rsh.sh, which enters its
 #     namespace
+#   srun -N 2 with nothing set, on a Slurm cluster of the two nodes
+#     (scripts/slurm-cluster.sh; GONCCL_SKIP_SLURM=1 leaves it out)
 #
 #   scripts/test-netns-nodes.sh
 #
-# Needs root, ip (iproute2), unshare, torchrun and mpirun; .ci/run installs
+# Needs root, ip (iproute2), unshare, torchrun, mpirun and Slurm; .ci/run installs
 # them. Where network namespaces cannot be made (a container without
 # CAP_NET_ADMIN) it says so and exits 0: scripts/test-launchers.sh runs the
 # same launchers across nodes on the loopback. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "test-netns-nodes: needs root (network namespaces)" >&2; exit 1; }
-for c in ip unshare torchrun mpirun; do
+for c in ip nsenter unshare torchrun mpirun; do
   command -v $c >/dev/null || { echo "test-netns-nodes: FAILED: missing $c" >&2; exit 1; }
 done
 
@@ -60,7 +62,7 @@ for k in 0 1; do
   ip -n "${NS[$k]}" addr add "${ADDRS[$k]}/24" dev "$dev"
   ip -n "${NS[$k]}" link set "$dev" up
   ip -n "${NS[$k]}" link set lo up
-  # ip netns exec bind-mounts /etc/netns/NS/hosts over /etc/hosts.
+  # the node's /etc/hosts (`on` mounts it there, as ip netns exec would).
   mkdir -p "/etc/netns/${NS[$k]}"
   printf '127.0.0.1 localhost\n%s %s\n%s %s\n' "${ADDRS[0]}" "${NAMES[0]}" "${ADDRS[1]}" "${NAMES[1]}" >"/etc/netns/${NS[$k]}/hosts"
 done
@@ -74,11 +76,14 @@ export GONCCL_CUDART_LIB=$work/fakes/cudart GONCCL_NCCL_LIB=$work/fakes/default 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset NCCL_COMM_ID NCCL_HOSTID MASTER_ADDR MASTER_PORT
 
-# on K CMD...: CMD on node K, in its namespaces, under its host name.
+# on K CMD...: CMD on node K: in its network namespace, under its host name,
+# with its hosts file. Not `ip netns exec`, which also mounts a sysfs of the
+# namespace's own, without the cgroup file system slurmd needs.
 on() {
   local k=$1
   shift
-  ip netns exec "${NS[$k]}" unshare --uts bash -c 'hostname "$0" && exec "$@"' "${NAMES[$k]}" "$@"
+  nsenter --net="/run/netns/${NS[$k]}" unshare --uts --mount \
+    bash -c 'mount --bind "/etc/netns/$1/hosts" /etc/hosts && hostname "$0" && shift && exec "$@"' "${NAMES[$k]}" "${NS[$k]}" "$@"
 }
 port=$((20000 + RANDOM % 20000))
 fails=0
@@ -115,7 +120,7 @@ agents() {
 echo "== two nodes in network namespaces: ${NAMES[0]} ${ADDRS[0]}, ${NAMES[1]} ${ADDRS[1]}"
 agents "torchrun --nnodes=2 (static: node-a's store)" '\(torchrun, id via store\) .*floats correct' \
   --node_rank=NODE_RANK --master_addr=node-a --master_port=$port
-agents "torchrun --nnodes=2 --rdzv_backend=c10d at node-a" '\(torchrun, id via [a-z]+\) .*floats correct' \
+agents "torchrun --nnodes=2 --rdzv_backend=c10d at node-a" '\(torchrun, id via commid\) .*floats correct' \
   --rdzv_backend=c10d --rdzv_endpoint=node-a:$port --rdzv_id=gonccl-$port
 
 rc=0
@@ -124,6 +129,38 @@ rc=0
   -x GONCCL_NCCL_LIB -x GONCCL_CUDART_LIB -x FAKECUDA_DEVICES -x NCCL_COMM_ID=node-a:$port \
   $E/allreduce -n 65536 -timeout 30s >"$work/mpirun.log" 2>&1) || rc=$?
 check "mpirun --host node-a:2,node-b:2, NCCL_COMM_ID=node-a:PORT" '\(openmpi, id via commid\) .*floats correct' 4 $rc "$work/mpirun.log"
+
+# Slurm: slurmctld and node-a's slurmd in node-a, node-b's slurmd in node-b,
+# each at its own address. With nothing set the ranks meet at the step's
+# first node, node-a, by its name, on launch.SlurmPort.
+if [ "${GONCCL_SKIP_SLURM:-}" != 1 ]; then
+  slurm_pids=()
+  on_a() { on 0 "$@"; }
+  on_b() { on 1 "$@"; }
+  # shellcheck source=scripts/slurm-cluster.sh
+  . scripts/slurm-cluster.sh
+  if slurm_cluster "$work/slurm" node-a "${ADDRS[0]}" node-b "${ADDRS[1]}" on_a on_b; then
+    want=$(printf 'task %s on %s\n' 0 node-a 1 node-a 2 node-b 3 node-b)
+    got=$(cd "$work" && on 0 timeout 60 srun -N 2 --ntasks-per-node=2 sh -c 'echo "task $SLURM_PROCID on $(hostname)"' 2>&1 | sort) || true
+    if [ "$got" = "$want" ]; then
+      echo "ok    srun -N 2 --ntasks-per-node=2: tasks 0 and 1 on node-a, 2 and 3 on node-b (their host names)"
+    else
+      echo "FAIL  srun -N 2 --ntasks-per-node=2, where the tasks run: got"
+      echo "$got" | sed 's/^/      /'
+      fails=$((fails + 1))
+    fi
+    for ex in "allreduce -n 65536" "dataparallel -samples 512"; do
+      rc=0
+      (cd "$work" && on 0 timeout 90 srun -N 2 --ntasks-per-node=2 $E/$ex -timeout 30s >"$work/srun-${ex%% *}.log" 2>&1) || rc=$?
+      what='floats correct'
+      [ "${ex%% *}" = dataparallel ] && what='weights identical on every rank'
+      check "srun -N 2 --ntasks-per-node=2 ${ex%% *}, nothing set" "\\(srun, id via commid\\) .*$what" 4 $rc "$work/srun-${ex%% *}.log"
+    done
+  else
+    echo "FAIL  the two-node Slurm cluster did not come up"
+    fails=$((fails + 1))
+  fi
+fi
 
 if [ $fails -gt 0 ]; then
   echo "test-netns-nodes: $fails failed" >&2
