@@ -201,6 +201,8 @@ func TestFakeFaultMPChild(t *testing.T) {
 		ftGrowSpread(t, l, j, dir, r, n)
 	case "rma":
 		ftRMA(t, l, j, dir, r, n)
+	case "node-lost":
+		ftNodeLost(t, l, j, dir, r, n)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}

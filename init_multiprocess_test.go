@@ -539,8 +539,10 @@ func TestFakeCommIDBindConflict(t *testing.T) {
 	})
 }
 
-// TestFakeMultiProcessPeerKilled: a peer process killed while the other is
-// inside a collective is not detected (as with NCCL, short of its timeouts):
+// TestFakeMultiProcessPeerKilled: a peer process of the same node killed
+// while the other is inside a collective is not detected (as with NCCL over
+// SHM and P2P, short of its timeouts; across nodes see
+// TestFakeFaultMultiProcessNodeLost):
 // the survivor waits until its context's deadline, then Abort frees its
 // communicator and it exits cleanly. Killed: the hub (rank 0 at NCCL_COMM_ID),
 // or a rank whose hub is this process.

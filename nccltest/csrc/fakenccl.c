@@ -25,7 +25,14 @@
  * and its Finalize/Destroy lets the last answers (and one-sided puts and
  * signals still held for remote ranks) leave, up to 2 s, since the process
  * may exit next; it must outlive the work of its cliques. A peer's death is
- * not detected: whoever waits for it waits until aborted or revoked.
+ * detected only across nodes, as NCCL's network transport sees a closed
+ * socket where SHM and P2P see nothing: each rank brings its node (its
+ * NCCL_HOSTID, else its host name) when it joins, and a rank of another
+ * process whose connection to the hub closes is lost to its clique there;
+ * the ranks of other nodes whose work needs it fail with a kept
+ * ncclRemoteError (lost_peer), as does a remote rank whose hub, on another
+ * node, is gone (hub_lost). Within a node, whoever waits for a dead peer
+ * waits until aborted or revoked.
  *
  * Fault tolerance and one-sided RMA work across processes too (2.28.7-2.30,
  * see their sections): ncclCommRevoke needs no peer (a remote rank lets its

@@ -63,6 +63,12 @@ typedef struct clique {
     netaddr grow_at;
     uint32_t grow_pid;
     int grow_taken;
+    /* Each rank's node (see this_node), and the ranks of other processes
+     * whose connection to this hub closed (died, aborted, destroyed): across
+     * nodes NCCL reaches them through its network transport, whose closed
+     * socket fails the work that needs them (see lost_peer). */
+    uint64_t node[MAXR];
+    uint64_t lost;
     struct clique* next;
 } clique;
 static clique* cliques;
@@ -80,6 +86,8 @@ typedef struct comm {
     unsigned magic;
     clique* c;      /* NULL for a remote rank: its clique is at the hub */
     uint64_t key;   /* the clique's key */
+    uint64_t node;  /* the node this rank is on (this_node; a proxy: its remote rank's) */
+    uint64_t hub_node; /* a remote rank: the node of its hub's process */
     int rank, nranks, dev;
     int ready;      /* joined its clique */
     ncclResult_t async;
@@ -94,6 +102,7 @@ typedef struct comm {
     int halted;     /* ncclCommShrink(NCCL_SHRINK_ABORT) is stopping the in-flight work */
     int suspended;  /* ncclCommSuspend(NCCL_SUSPEND_MEM) */
     int broken;     /* a remote rank gave its connection up (revoke, or a request left unanswered): the hub sees it closed */
+    int hub_gone;   /* a remote rank lost its hub, on another node: ncclRemoteError kept, its requests fail at once */
     struct rput* rputs; /* at the hub, a proxy: one-sided puts for its remote rank, until its ncclWaitSignal takes them */
     long shrink_seq;
     long sig_recv[MAXR], sig_taken[MAXR]; /* one-sided signals received from each peer; those waited for */
@@ -171,11 +180,12 @@ static int known(const comm* c) {
 
 static int is_aborted(comm* c) { return c && __atomic_load_n(&c->aborted, __ATOMIC_RELAXED); }
 /* rstopped: a remote rank's requests give up: aborted, revoked, halted by a
- * shrink's abort flag, or its connection given up. Needs no peer: a dead hub
- * is never waited for past it. */
+ * shrink's abort flag, its connection given up, or its hub of another node
+ * lost. Needs no peer: a dead hub is never waited for past it. */
 static int rstopped(comm* c) {
     return c && (__atomic_load_n(&c->aborted, __ATOMIC_RELAXED) || __atomic_load_n(&c->revoked, __ATOMIC_RELAXED) ||
-                 __atomic_load_n(&c->halted, __ATOMIC_RELAXED) || __atomic_load_n(&c->broken, __ATOMIC_RELAXED));
+                 __atomic_load_n(&c->halted, __ATOMIC_RELAXED) || __atomic_load_n(&c->broken, __ATOMIC_RELAXED) ||
+                 __atomic_load_n(&c->hub_gone, __ATOMIC_RELAXED));
 }
 /* one_process: every rank of c's clique lives in this process. */
 __attribute__((unused)) static int one_process(comm* c) { return !c->remote && !(c->c && c->c->nproxies); }
@@ -190,6 +200,36 @@ static void set_async(comm* c, ncclResult_t r) { c->async = c->sticky ? c->stick
 static void set_sticky(comm* c, ncclResult_t r) {
     c->sticky = r;
     c->async = r;
+}
+
+/* lost_peer is the lowest rank of need (ranks of c's clique) whose connection
+ * to the hub closed while on another node than c, or -1 (g held). NCCL's
+ * network transport fails the work that needs such a peer with
+ * ncclRemoteError within milliseconds ("Connection closed by remote peer");
+ * SHM and P2P within a node see nothing, so a wait on a peer of c's own node
+ * goes on until aborted or revoked. */
+static int lost_peer(comm* c, uint64_t need) {
+    clique* q = c->c;
+    if (!q) return -1;
+    for (uint64_t m = q->lost & need; m; m &= m - 1) {
+        int r = __builtin_ctzll(m);
+        if (q->node[r] != q->node[c->rank]) return r;
+    }
+    return -1;
+}
+
+/* lost_fail keeps ncclRemoteError on c, whose work needed the lost peer
+ * (g held); why says so (a proxy's remote rank gets it in its reply, and
+ * keeps the error there). */
+static ncclResult_t lost_fail(comm* c, int peer, char* why, size_t n) {
+    snprintf(why, n,
+             "socketProgress: Connection closed by remote peer (fakenccl: rank %d, on another node, closed its "
+             "connection while rank %d needed it)",
+             peer, c->rank);
+    set_sticky(c, ncclRemoteError);
+    if (c->proxy) snprintf(my_error, sizeof my_error, "%s", why); /* the reply's text; not this process's last error */
+    else fail(ncclRemoteError, "%s", why);
+    return ncclRemoteError;
 }
 
 static uint64_t all_ranks(int n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
@@ -534,9 +574,24 @@ static const char* cfg_names[] = {"blocking", "cgaClusterSize", "minCTAs", "maxC
                                   "nvlinkCentricSched", NULL};
 static const int cfg_offsets[] = {16, 20, 24, 28, 40, 44, 56, 60, 64, 68, 72, 76};
 
+/* this_node names the node of this process as NCCL's host hash does: its
+ * NCCL_HOSTID, or else its host name (NCCL adds the boot id), hashed. Ranks on
+ * one node reach each other through SHM or P2P, which see nothing of a peer's
+ * death; ranks on different nodes through the network transport. */
+static uint64_t this_node(void) {
+    char name[256] = "";
+    const char* id = getenv("NCCL_HOSTID");
+    if (id && *id) snprintf(name, sizeof name, "%s", id);
+    else gethostname(name, sizeof name - 1);
+    uint64_t h = 1469598103934665603ull;
+    for (const char* p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return h;
+}
+
 static comm* new_comm(int dev) {
     comm* c = calloc(1, sizeof *c);
     c->magic = COMM_MAGIC;
+    c->node = c->hub_node = this_node();
     c->dev = dev;
     c->blocking = 1;
     c->fd = c->host_fd = -1;
@@ -653,6 +708,7 @@ static ncclResult_t join(comm* c, uint64_t key, int nranks, int rank, const char
         return fail(ncclInvalidUsage, "%s: rank %d joined twice", fn, rank);
     }
     q->comm[rank] = c;
+    q->node[rank] = c->node;
     c->c = q;
     c->key = key;
     c->rank = rank;

@@ -19,7 +19,8 @@
  *
  * A revoke stops the in-flight work, refuses new operations
  * (ncclInvalidUsage) and makes ncclCommFinalize invalid; destroy, split and
- * shrink still work. It needs no peer: a rank of another process's clique
+ * shrink still work. It ends, as NCCL's does, with the communicator's async
+ * error: after a peer lost on another node, the kept ncclRemoteError. It needs no peer: a rank of another process's clique
  * gives its connection to the hub up (its request in flight returns at once,
  * even if the hub is dead; the hub, seeing the connection closed, stops the
  * rank's proxy), so after a revoke such a communicator can be shrunk and
@@ -355,10 +356,11 @@ API ncclResult_t ncclCommRevoke(comm* c, int flags) {
      * closed, stops the rank's proxy there. Only shrink and destroy follow. */
     if (c->remote) give_up(c);
     pthread_cond_broadcast(&gc);
-    if (c->blocking) { /* quiescent when the call returns */
+    if (c->blocking) { /* quiescent when the call returns, which ends with ncclCommGetAsyncError, as NCCL's */
         while (c->pending) pthread_cond_wait(&gc, &g);
+        ncclResult_t kept = c->sticky; /* a lost peer of another node's ncclRemoteError, say */
         pthread_mutex_unlock(&g);
-        return ncclSuccess;
+        return kept;
     }
     c->async = ncclInProgress;
     job_start1(c);

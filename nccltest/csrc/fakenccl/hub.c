@@ -4,9 +4,10 @@
  *
  * One thread per connection reads a request, runs it on a thread of its own
  * while it watches the connection (a remote rank that closes it, by Destroy,
- * Abort or its death, aborts the proxy so that the proxy's waits give up),
- * then answers. A proxy joins, connects, meets and computes with the code a
- * local rank runs. */
+ * Abort or its death, aborts the proxy so that the proxy's waits give up, and
+ * is lost to its peers of other nodes: abort_proxy), then answers. The join's
+ * answer names the hub's node, for a remote rank that loses the hub. A proxy
+ * joins, connects, meets and computes with the code a local rank runs. */
 
 typedef struct conn {
     int fd, efd;
@@ -82,6 +83,7 @@ static void reply_status(conn* k, ncclResult_t r, const char* text) {
 static void serve_join(conn* k, rbuf* in) {
     uint64_t key = rb_u64(in);
     int nranks = rb_i32(in), rank = rb_i32(in), at_init = rb_i32(in), grow = rb_i32(in);
+    k->proxy->node = rb_u64(in); /* the remote rank's node */
     ncclResult_t r;
     if (in->bad) r = fail(ncclInternalError, "ncclCommInitRank: bad request");
     else if (nranks < 1 || nranks > MAXR || rank < 0 || rank >= nranks)
@@ -92,6 +94,7 @@ static void serve_join(conn* k, rbuf* in) {
     if (grow && r == ncclSuccess) grow_done(key);
 #endif
     reply_status(k, r, my_error);
+    wb_u64(&k->reply, this_node()); /* the hub's node: its death is a lost peer of another node, or not */
     if (k->proxy->c) k->after = after_join; /* it is a member (it may have been aborted since): it counts */
     if (!r && at_init) {
         pthread_mutex_lock(&g);
@@ -168,7 +171,7 @@ static void serve_coll(conn* k, rbuf* in) {
     size_t got = !r && receives(t) && !c->aborted ? rb : 0;
     wb_u64(&k->reply, got);
     wb_put(&k->reply, t->recv, got);
-    if (c->aborted && !t->owed) { /* given up mid-way: peers may still read what it brought */
+    if ((c->aborted || r == ncclRemoteError) && !t->owed) { /* given up mid-way: peers may still read what it brought */
         k->keep = 1;
         return;
     }
@@ -380,9 +383,16 @@ static void* serve_request(void* p) {
     return NULL;
 }
 
+/* abort_proxy: a remote rank's connection closed. Its proxy stops, and its
+ * clique counts the rank lost: peers on other nodes that need it fail with a
+ * kept ncclRemoteError, as NCCL's network transport fails them; peers on its
+ * own node wait on until aborted, as over NCCL's SHM and P2P (lost_peer). A
+ * clean Destroy closes it too: nothing fails then unless a peer still needs
+ * the rank, as NCCL's sockets closed by a destroy would fail that peer. */
 static void abort_proxy(comm* c) {
     pthread_mutex_lock(&g);
     c->aborted = 1;
+    if (c->c && c->c->comm[c->rank] == c) c->c->lost |= 1ull << c->rank;
     pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
 }
@@ -440,7 +450,7 @@ static void* serve(void* p) {
         if (!k->keep) free(req);
         if (hung || !k->sent) break;
     }
-    if (k->proxy) abort_proxy(k->proxy); /* peers still waiting for it wait on, as NCCL's would */
+    if (k->proxy) abort_proxy(k->proxy); /* lost: peers of other nodes that need it fail, those of its node wait on */
     close(k->fd);
     close(k->efd);
     free(k->reply.p);

@@ -2,14 +2,24 @@
 
 /* ---- a rank of another process's clique: its side of the connection ---- */
 
-/* wait_abort models a peer that died: nothing is detected, the wait goes on
- * until the communicator is aborted or revoked (or a shrink's abort flag
- * stops its work). */
-static int wait_abort(comm* c, comm* also) {
+/* hub_lost: c's connection to its hub was lost (the hub's process died or
+ * went). With the hub on another node, NCCL's network transport fails the
+ * work with ncclRemoteError, which c keeps, and its later requests fail at
+ * once (hub_gone); on c's own node nothing is detected (SHM and P2P): the
+ * wait goes on until the communicator is aborted or revoked (or a shrink's
+ * abort flag stops its work). */
+static void hub_lost(comm* c, comm* also) {
     pthread_mutex_lock(&g);
+    if (c->hub_node != c->node && !rstopped(c) && !(also && also->aborted)) {
+        fail(ncclRemoteError,
+             "socketProgress: Connection closed by remote peer (fakenccl: rank %d's hub, on another node, is gone)",
+             c->rank);
+        set_sticky(c, ncclRemoteError);
+        c->hub_gone = 1;
+        pthread_cond_broadcast(&gc);
+    }
     while (!rstopped(c) && !(also && also->aborted)) pthread_cond_wait(&gc, &g);
     pthread_mutex_unlock(&g);
-    return -1;
 }
 
 /* give_up breaks c's connection after a request was left unanswered (g held):
@@ -18,7 +28,7 @@ static int wait_abort(comm* c, comm* also) {
 static const char* broken_text =
     "the communicator's connection to its hub was given up when ncclCommShrink(NCCL_SHRINK_ABORT) stopped a request in flight";
 static void give_up(comm* c) {
-    if (c->aborted || c->broken) return;
+    if (c->aborted || c->broken || c->hub_gone) return; /* hub_gone: the hub went first, and c keeps what it left */
     c->broken = 1;
     if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
     pthread_cond_broadcast(&gc);
@@ -76,7 +86,7 @@ static int recv_abortable(comm* c, comm* also, void* p, size_t n) {
 static int rpc_send(comm* c, comm* also, wbuf* req) {
     if (io_acquire(c, also)) return -1;
     if (wb_send(c->fd, req)) {
-        wait_abort(c, also); /* the hub is gone: wait, as NCCL would, until aborted or revoked */
+        hub_lost(c, also); /* the hub is gone */
         io_release(c, 1);
         return -1;
     }
@@ -111,7 +121,7 @@ static int rpc_recv(comm* c, comm* also, char** out, rbuf* r) {
         io_release(c, 0);
         return 0;
     }
-    if (st == -2) wait_abort(c, also);
+    if (st == -2) hub_lost(c, also);
     io_release(c, 1);
     return -1;
 }
@@ -150,6 +160,7 @@ static ncclResult_t remote_join_as(comm* c, comm* also, const netaddr* a, uint64
     wb_i32(&b, rank);
     wb_i32(&b, !runtime_connect()); /* NCCL_RUNTIME_CONNECT=0: it connects at init */
     wb_i32(&b, grow);               /* a new rank of a grow: the hub checks it against the grow id */
+    wb_u64(&b, c->node);            /* its node: whether its death is seen by the others (lost_peer) */
     char* p = NULL;
     rbuf r;
     int st = rpc(c, also, &b, &p, &r);
@@ -158,9 +169,11 @@ static ncclResult_t remote_join_as(comm* c, comm* also, const netaddr* a, uint64
     ncclResult_t res = rb_i32(&r);
     char text[1024];
     rb_str(&r, text, sizeof text);
+    uint64_t hub = rb_u64(&r);
     free(p);
     if (res) return fail(res, "%s", text);
     pthread_mutex_lock(&g);
+    if (!r.bad) c->hub_node = hub;
     ready_now(c);
     pthread_mutex_unlock(&g);
     return ncclSuccess;

@@ -395,16 +395,20 @@ static void abort_spin(int* count, int n) {
  * checks that they all called the same collective, computes into a private
  * buffer once all inputs are there, and writes it out only when every rank
  * has finished reading: in-place forms stay correct. It returns
- * ncclInvalidUsage when the calls differ (nothing moved; why says how). */
+ * ncclInvalidUsage when the calls differ (nothing moved; why says how), and
+ * ncclRemoteError, kept, when a rank of another node was lost before it
+ * could complete (see lost_peer). */
 static ncclResult_t run_collective(task* me, char* why, size_t whylen) {
     clique* q = me->c->c;
-    int n = me->c->nranks;
+    int n = me->c->nranks, lp = -1;
+    uint64_t all = all_ranks(n);
     pthread_mutex_lock(&g);
     slot* s = &q->slots[me->seq % SLOTS];
-    while (s->busy && s->seq != me->seq && !stopped(me->c)) pthread_cond_wait(&gc, &g);
-    if (stopped(me->c)) {
+    while (s->busy && s->seq != me->seq && !stopped(me->c) && (lp = lost_peer(me->c, all)) < 0) pthread_cond_wait(&gc, &g);
+    if (stopped(me->c) || (lp = lost_peer(me->c, all)) >= 0) {
+        ncclResult_t r = stopped(me->c) ? ncclSuccess : lost_fail(me->c, lp, why, whylen);
         pthread_mutex_unlock(&g);
-        return ncclSuccess;
+        return r;
     }
     if (!s->busy) {
         for (int r = 0; r < MAXR; r++) /* none left by now: every rank arrived and left */
@@ -418,15 +422,16 @@ static ncclResult_t run_collective(task* me, char* why, size_t whylen) {
     s->inside++;
     s->arrived++;
     pthread_cond_broadcast(&gc);
-    while (s->arrived < n && !stopped(me->c)) pthread_cond_wait(&gc, &g);
-    if (s->arrived < n) abort_spin(&s->arrived, n);
+    while (s->arrived < n && !stopped(me->c) && (lp = lost_peer(me->c, all)) < 0) pthread_cond_wait(&gc, &g);
+    if (s->arrived < n && lp < 0) abort_spin(&s->arrived, n);
     if (s->arrived >= n && !s->checked) check_calls(s, n);
     int bad = s->bad;
     if (bad) snprintf(why, whylen, "%s", s->why);
-    if (s->arrived < n) { /* the kernel quits on NCCL's abort flag; the task stays for the peers */
+    if (s->arrived < n) { /* the kernel quits on NCCL's abort flag, or a lost peer fails it; the task stays for the peers */
+        ncclResult_t r = lp >= 0 ? lost_fail(me->c, lp, why, whylen) : ncclSuccess;
         slot_leave(s, n);
         pthread_mutex_unlock(&g);
-        return ncclSuccess;
+        return r;
     }
     pthread_mutex_unlock(&g);
 
@@ -438,13 +443,14 @@ static ncclResult_t run_collective(task* me, char* why, size_t whylen) {
     pthread_mutex_lock(&g);
     s->computed++;
     pthread_cond_broadcast(&gc);
-    while (s->computed < n && !stopped(me->c)) pthread_cond_wait(&gc, &g);
-    if (s->computed < n) abort_spin(&s->computed, n);
+    while (s->computed < n && !stopped(me->c) && (lp = lost_peer(me->c, all)) < 0) pthread_cond_wait(&gc, &g);
+    if (s->computed < n && lp < 0) abort_spin(&s->computed, n);
     if (s->computed < n) {
+        ncclResult_t r = lp >= 0 ? lost_fail(me->c, lp, why, whylen) : ncclSuccess;
         slot_leave(s, n);
         pthread_mutex_unlock(&g);
         free(out);
-        return ncclSuccess;
+        return r;
     }
     pthread_mutex_unlock(&g);
     if (out) memcpy(me->recv, out, bytes);
@@ -469,6 +475,7 @@ static ncclResult_t broken_fail(const char* fn, int me, int peer);
  * its sends were taken: any matched pattern completes, as NCCL groups do. */
 static ncclResult_t run_p2p(task* batch) {
     ncclResult_t res = ncclSuccess;
+    char why[480];
     pthread_mutex_lock(&g);
     for (task* t = batch; t; t = t->next) {
         if (t->kind != kSend) continue;
@@ -481,18 +488,20 @@ static ncclResult_t run_p2p(task* batch) {
         if (t->kind != kRecv) continue;
         clique* q = t->c->c;
         msg* m;
-        int broken = 0;
+        int broken = 0, lp = -1;
         for (;;) {
             for (m = q->mail; m; m = m->next)
                 if (!m->taken && m->src == t->peer && m->dst == t->c->rank && m->seq == t->seq) break;
             if (m || stopped(t->c)) break;
             if ((broken = broken_peer(t->c, 1ull << t->peer) >= 0)) break;
+            if ((lp = lost_peer(t->c, 1ull << t->peer)) >= 0) break;
             pthread_cond_wait(&gc, &g);
         }
         if (!m && broken) { /* the peer's side of the connection setup failed: see p2p_stale */
             set_sticky(t->c, ncclRemoteError);
             res = broken_fail("ncclRecv", t->c->rank, t->peer);
         }
+        if (!m && lp >= 0) res = lost_fail(t->c, lp, why, sizeof why);
         if (!m) continue; /* aborted */
         size_t want = t->count * type_size(t->type);
         if (m->bytes != want) {
@@ -518,6 +527,13 @@ static ncclResult_t run_p2p(task* batch) {
                 break;
             }
             if (stopped(t->c)) break;
+            if (*pm && !(*pm)->taken && lost_peer(t->c, 1ull << t->peer) >= 0) { /* never to be taken */
+                msg* m = *pm;
+                *pm = m->next;
+                free(m);
+                res = lost_fail(t->c, t->peer, why, sizeof why);
+                break;
+            }
             if (broken_peer(t->c, 1ull << t->peer) >= 0) { /* never taken: see p2p_stale */
                 if (*pm && !(*pm)->taken) {
                     msg* m = *pm;

@@ -39,7 +39,12 @@ static void remote_collective(task* t) {
     size_t got = rb_u64(&r);
     const char* bytes = rb_take(&r, got);
     if (res == ncclInvalidUsage) mismatch(c, t->seq, why);
-    else if (bytes && got <= rb && receives(t)) memcpy(t->recv, bytes, got);
+    else if (res == ncclRemoteError) { /* a peer of another node was lost: the hub's verdict, kept here */
+        fail(res, "%s", why);
+        pthread_mutex_lock(&g);
+        set_sticky(c, res);
+        pthread_mutex_unlock(&g);
+    } else if (bytes && got <= rb && receives(t)) memcpy(t->recv, bytes, got);
     free(p);
 }
 
