@@ -19,7 +19,8 @@ import (
 // NCCL_HOSTID values are on different nodes, which NCCL connects through its
 // network transport; when one node's processes die, every rank of the other
 // node gets ncclRemoteError within milliseconds (the sockets closed) and
-// keeps it, and 2.28.9's and 2.30.7's ncclCommRevoke return it. Within one
+// keeps it, and 2.28.9's and 2.30.7's non-blocking ncclCommRevoke return it
+// (a blocking one returns success, the error still kept). Within one
 // node (SHM, P2P) NCCL sees nothing: the survivors wait for their deadline.
 
 // nodeLossCase is one drill: each rank's host id, the ranks killed, and what
@@ -37,8 +38,8 @@ type nodeLossCase struct {
 // fail with ErrRemote; node A's (the hub's) killed: node B's remote ranks,
 // which lost their hub, fail with ErrRemote. Each survivor's Wait (5 s
 // deadline) must return within a second, the error must stay (a second
-// all-reduce fails the same way), and Revoke must return it. With one host id
-// for all, the same kill costs the survivors their deadline.
+// all-reduce fails the same way), and a non-blocking Revoke must return it.
+// With one host id for all, the same kill costs the survivors their deadline.
 func TestFakeFaultMultiProcessNodeLost(t *testing.T) {
 	cases := []nodeLossCase{
 		{"two nodes/node B killed", []string{"nodeA", "nodeA", "nodeB", "nodeB"}, []int{2, 3}, "remote"},
@@ -157,9 +158,15 @@ func ftNodeLost(t *testing.T, l *nccl.Library, j ftJob, dir string, r, n int) {
 	if !errors.Is(err, nccl.ErrRemote) || time.Since(again) > time.Second {
 		t.Fatalf("a second all-reduce after the loss: %v after %v, want ErrRemote at once", err, time.Since(again))
 	}
-	// 2.30.7's ncclCommRevoke ends with ncclCommGetAsyncError: the kept error.
-	if err := c.Revoke(j.ctx); !errors.Is(err, nccl.ErrRemote) {
-		t.Fatalf("Revoke after the loss: %v, want ErrRemote", err)
+	// 2.28.9's and 2.30.7's ncclCommRevoke end with ncclCommGetAsyncError for
+	// a non-blocking communicator: the kept error. A blocking one returns
+	// what its revoke job returned, and the error stays kept.
+	err = c.Revoke(j.ctx)
+	if !c.Blocking() && !errors.Is(err, nccl.ErrRemote) {
+		t.Fatalf("a non-blocking Revoke after the loss: %v, want ErrRemote", err)
+	}
+	if c.Blocking() && (err != nil || !errors.Is(c.AsyncError(), nccl.ErrRemote)) {
+		t.Fatalf("a blocking Revoke after the loss: %v (async error %v), want nil with ErrRemote kept", err, c.AsyncError())
 	}
 	c.Abort()
 	fmt.Printf("LOST: rank %d's Wait returned ErrRemote after %v, kept; Revoke refused\n", r, took.Round(time.Millisecond))

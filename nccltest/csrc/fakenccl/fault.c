@@ -19,8 +19,9 @@
  *
  * A revoke stops the in-flight work, refuses new operations
  * (ncclInvalidUsage) and makes ncclCommFinalize invalid; destroy, split and
- * shrink still work. It ends, as NCCL's does, with the communicator's async
- * error: after a peer lost on another node, the kept ncclRemoteError. It needs no peer: a rank of another process's clique
+ * shrink still work. A non-blocking one ends, as NCCL's does, with the
+ * communicator's async error: after a peer lost on another node, the kept
+ * ncclRemoteError (a blocking one returns success, as NCCL's). It needs no peer: a rank of another process's clique
  * gives its connection to the hub up (its request in flight returns at once,
  * even if the hub is dead; the hub, seeing the connection closed, stops the
  * rank's proxy), so after a revoke such a communicator can be shrunk and
@@ -356,11 +357,11 @@ API ncclResult_t ncclCommRevoke(comm* c, int flags) {
      * closed, stops the rank's proxy there. Only shrink and destroy follow. */
     if (c->remote) give_up(c);
     pthread_cond_broadcast(&gc);
-    if (c->blocking) { /* quiescent when the call returns, which ends with ncclCommGetAsyncError, as NCCL's */
+    if (c->blocking) { /* quiescent when the call returns. NCCL's (2.28.9, 2.30.7) reads the async
+                        * error only for a non-blocking communicator: a kept error stays unreported here */
         while (c->pending) pthread_cond_wait(&gc, &g);
-        ncclResult_t kept = c->sticky; /* a lost peer of another node's ncclRemoteError, say */
         pthread_mutex_unlock(&g);
-        return kept;
+        return ncclSuccess;
     }
     c->async = ncclInProgress;
     job_start1(c);
