@@ -221,7 +221,11 @@ fi
 # that error and the ranks go on through a new communicator of node 0 (v230,
 # as 2.28.9 and 2.30.7), or they say that the library cannot (default, 2.28.3:
 # no ncclCommRevoke); with -rebuild they go on through a new communicator on
-# any NCCL.
+# any NCCL. "Not supported" runs one rank a node: its rank exits at once, and
+# where that process hosts the fake's rendezvous, a rank of its node that had
+# not yet asked the hub about its next step learns nothing more (the fakes'
+# ranks hear of other nodes through their hub, NCCL's through their own
+# sockets) and waits for its deadline; the other rows keep the hub running.
 #
 # Node 0's agent must not react to node 1's death, and it does not: a static
 # rendezvous does not watch the other nodes. It still stops its own workers
@@ -312,6 +316,7 @@ drill() {
     echo "ok    $name: node 0's $per rank(s) returned ${lags} after the kill (step deadline ${st} s) with ErrRemote; $how (NCCL $(grep -m1 'looping for' "${log[0]}" | grep -o 'NCCL [0-9.]*[0-9]' | cut -d' ' -f2))"
   else
     echo "FAIL  $name: $bad"
+    grep -h 'nodeloss:' "${log[0]}" | sed 's/^/      node 0: /'
     cat "${log[@]}" | grep -v '^\[W' | tail -30 | sed 's/^/      /'
     fails=$((fails + 1))
   fi
@@ -319,7 +324,7 @@ drill() {
 echo "== a node dies mid-collective (torchrun, two nodes here)"
 drill v230 1 refused
 drill v230 2 refused
-drill default 2 "not supported"
+drill default 1 "not supported"
 drill default 2 "went on" -rebuild
 drill v230 1 "went on" -rebuild
 

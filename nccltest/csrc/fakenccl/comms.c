@@ -103,6 +103,7 @@ typedef struct comm {
     int suspended;  /* ncclCommSuspend(NCCL_SUSPEND_MEM) */
     int broken;     /* a remote rank gave its connection up (revoke, or a request left unanswered): the hub sees it closed */
     int hub_gone;   /* a remote rank lost its hub, on another node: ncclRemoteError kept, its requests fail at once */
+    int told_lost;  /* at the hub, a proxy: its remote rank was answered ncclRemoteError for a lost peer (lost_fail) */
     struct rput* rputs; /* at the hub, a proxy: one-sided puts for its remote rank, until its ncclWaitSignal takes them */
     long shrink_seq;
     long sig_recv[MAXR], sig_taken[MAXR]; /* one-sided signals received from each peer; those waited for */
@@ -218,6 +219,8 @@ static int lost_peer(comm* c, uint64_t need) {
     return -1;
 }
 
+static void tell_first(comm* c);
+
 /* lost_fail keeps ncclRemoteError on c, whose work needed the lost peer
  * (g held); why says so (a proxy's remote rank gets it in its reply, and
  * keeps the error there). */
@@ -227,8 +230,13 @@ static ncclResult_t lost_fail(comm* c, int peer, char* why, size_t n) {
              "connection while rank %d needed it)",
              peer, c->rank);
     set_sticky(c, ncclRemoteError);
-    if (c->proxy) snprintf(my_error, sizeof my_error, "%s", why); /* the reply's text; not this process's last error */
-    else fail(ncclRemoteError, "%s", why);
+    if (c->proxy) {
+        snprintf(my_error, sizeof my_error, "%s", why); /* the reply's text; not this process's last error */
+        c->told_lost = 1;
+    } else {
+        fail(ncclRemoteError, "%s", why);
+        tell_first(c);
+    }
     return ncclRemoteError;
 }
 

@@ -569,6 +569,36 @@ static void wait_idle(comm* c) {
     pthread_mutex_unlock(&g);
 }
 
+/* untold: a live proxy of q whose remote rank has a lost peer on another node
+ * than its own and has not been answered so yet (g held). */
+static int untold(clique* q) {
+    for (int i = 0; i < q->nranks; i++) {
+        comm* p = q->comm[i];
+        if (!p || !p->proxy || p->aborted || p->told_lost || (q->lost >> i & 1)) continue;
+        for (uint64_t m = q->lost; m; m &= m - 1)
+            if (q->node[__builtin_ctzll(m)] != q->node[i]) return 1;
+    }
+    return 0;
+}
+
+/* tell_first: c, a rank of this process, failed for a lost peer of another
+ * node (g held). Before it reports that, and this process perhaps exits, the
+ * remote ranks that NCCL's sockets would fail too are answered so, up to
+ * 500 ms: through their own sockets they would learn it whether or not this
+ * process lives, but here they learn it only from their hub. */
+static void tell_first(comm* c) {
+    if (!c->c || !c->c->nproxies) return;
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_nsec += 500 * 1000000;
+    if (dl.tv_nsec >= 1000000000) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000;
+    }
+    while ((inflight || untold(c->c)) && pthread_cond_timedwait(&gc, &g, &dl) != ETIMEDOUT) {
+    }
+}
+
 static void* finalize_later(void* p) {
     name_thread("fakenccl-final");
     comm* c = p;

@@ -459,8 +459,10 @@ static ncclResult_t run_collective(task* me, char* why, size_t whylen) {
     s->left++;
     slot_leave(s, n);
     if (me->c->proxy) me->owed = 1; /* collective_delivered, once its remote rank has it */
-    else /* the hub's own ranks end after the remote ranks have their results: the process may exit next */
-        while (s->busy && s->seq == me->seq && s->delivered < q->nproxies && !stopped(me->c)) pthread_cond_wait(&gc, &g);
+    else /* the hub's own ranks end after the remote ranks have their results: the process may exit next
+          * (a lost rank's result is never delivered) */
+        while (s->busy && s->seq == me->seq && s->delivered < q->nproxies && !stopped(me->c) && !q->lost)
+            pthread_cond_wait(&gc, &g);
     if (s->busy && s->seq == me->seq && s->left == n && s->delivered == q->nproxies) s->busy = 0;
     pthread_cond_broadcast(&gc);
     pthread_mutex_unlock(&g);
