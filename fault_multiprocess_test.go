@@ -271,6 +271,35 @@ func ftReadID(ctx context.Context, path string) (nccl.UniqueID, error) {
 	}
 }
 
+// ftIssueAfterKill: every rank of c all-reduces once, checked; a victim then
+// says READY and waits to be killed, while every other rank issues a second
+// all-reduce (not waited for) on the buffer it returns and says ISSUED.
+func ftIssueAfterKill(t *testing.T, l *nccl.Library, j ftJob, c *nccl.Comm, s nccl.Stream, r, n int, victim bool) nccl.Buffer {
+	t.Helper()
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	if err := sumCheck(j.ctx, c, s, uint64(r), tags(all...)); err != nil {
+		t.Fatal(err)
+	}
+	if victim {
+		fmt.Println("READY")
+		time.Sleep(time.Minute)
+		t.Fatal("not killed")
+	}
+	b, err := l.CUDA().Alloc(r, nccl.Float32, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AllReduce(b, b, nccl.Sum, s); err != nil {
+		b.Free()
+		t.Fatal(err)
+	}
+	fmt.Println("ISSUED")
+	return b
+}
+
 // ftSurvive: every rank all-reduces once; the victim then waits to be killed
 // while the others issue a second all-reduce and Wait for it under
 // RevokeOnDeadline. Its deadline revokes the communicator; each survivor
@@ -286,29 +315,10 @@ func ftSurvive(t *testing.T, l *nccl.Library, j ftJob, dir string, r, n int, gro
 	if err := c.SetDeadlineAction(nccl.RevokeOnDeadline); err != nil {
 		t.Fatal(err)
 	}
-	all := make([]int, n)
-	for i := range all {
-		all[i] = i
-	}
-	if err := sumCheck(ctx, c, s, uint64(r), tags(all...)); err != nil {
-		t.Fatal(err)
-	}
-	if r == victim {
-		fmt.Println("READY")
-		time.Sleep(time.Minute)
-		t.Fatal("not killed")
-	}
-	b, err := l.CUDA().Alloc(r, nccl.Float32, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := ftIssueAfterKill(t, l, j, c, s, r, n, r == victim)
 	defer b.Free()
-	if err := c.AllReduce(b, b, nccl.Sum, s); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Println("ISSUED")
 	wctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
-	err = c.Wait(wctx, s)
+	err := c.Wait(wctx, s)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) || !c.Revoked() {
 		t.Fatalf("Wait with the peer killed: %v (revoked %v), want the deadline and a revoke", err, c.Revoked())
@@ -326,7 +336,12 @@ func ftSurvive(t *testing.T, l *nccl.Library, j ftJob, dir string, r, n int, gro
 	if err := c.Close(j.mk); err != nil { // revoked: destroyed without finalizing
 		t.Fatal(err)
 	}
-	stay := slices.DeleteFunc(slices.Clone(all), func(x int) bool { return x == victim })
+	var stay []int
+	for x := range n {
+		if x != victim {
+			stay = append(stay, x)
+		}
+	}
 	if want := slices.Index(stay, r); shrunk.Rank() != want || shrunk.Size() != n-1 {
 		t.Fatalf("shrunk communicator: rank %d of %d, want %d of %d", shrunk.Rank(), shrunk.Size(), want, n-1)
 	}

@@ -102,27 +102,8 @@ func ftNodeLost(t *testing.T, l *nccl.Library, j ftJob, dir string, r, n int) {
 		victims = append(victims, x)
 	}
 	c, s := ftInit(t, l, j, dir, r, n)
-	all := make([]int, n)
-	for i := range all {
-		all[i] = i
-	}
-	if err := sumCheck(j.ctx, c, s, uint64(r), tags(all...)); err != nil {
-		t.Fatal(err)
-	}
-	if slices.Contains(victims, r) {
-		fmt.Println("READY")
-		time.Sleep(time.Minute)
-		t.Fatal("not killed")
-	}
-	b, err := l.CUDA().Alloc(r, nccl.Float32, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := ftIssueAfterKill(t, l, j, c, s, r, n, slices.Contains(victims, r))
 	defer b.Free()
-	if err := c.AllReduce(b, b, nccl.Sum, s); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Println("ISSUED")
 	remote := os.Getenv("GONCCL_FT_EXPECT") == "remote"
 	limit := 1500 * time.Millisecond
 	if remote {
@@ -130,7 +111,7 @@ func ftNodeLost(t *testing.T, l *nccl.Library, j ftJob, dir string, r, n int) {
 	}
 	began := time.Now()
 	wctx, cancel := context.WithTimeout(j.ctx, limit)
-	err = c.Wait(wctx, s)
+	err := c.Wait(wctx, s)
 	cancel()
 	took := time.Since(began)
 	if !remote {

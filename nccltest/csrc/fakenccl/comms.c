@@ -219,6 +219,19 @@ static int lost_peer(comm* c, uint64_t need) {
     return -1;
 }
 
+/* deadline_in is now plus ms on CLOCK_REALTIME, for pthread_cond_timedwait. */
+static struct timespec deadline_in(long ms) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += ms / 1000;
+    dl.tv_nsec += ms % 1000 * 1000000;
+    if (dl.tv_nsec >= 1000000000) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000;
+    }
+    return dl;
+}
+
 static void tell_first(comm* c);
 
 /* lost_fail keeps ncclRemoteError on c, whose work needed the lost peer

@@ -560,9 +560,7 @@ static void wait_idle(comm* c) {
     pthread_mutex_lock(&g);
     while (c->pending) pthread_cond_wait(&gc, &g);
     if (c->c && c->c->nproxies && (inflight || undelivered(c->c))) {
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_sec += 2;
+        struct timespec dl = deadline_in(2000);
         while ((inflight || undelivered(c->c)) && pthread_cond_timedwait(&gc, &g, &dl) != ETIMEDOUT) {
         }
     }
@@ -588,13 +586,7 @@ static int untold(clique* q) {
  * process lives, but here they learn it only from their hub. */
 static void tell_first(comm* c) {
     if (!c->c || !c->c->nproxies) return;
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_nsec += 500 * 1000000;
-    if (dl.tv_nsec >= 1000000000) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000;
-    }
+    struct timespec dl = deadline_in(500);
     while ((inflight || untold(c->c)) && pthread_cond_timedwait(&gc, &g, &dl) != ETIMEDOUT) {
     }
 }
@@ -661,18 +653,7 @@ static void wait_graphs(comm* c, const char* fn) {
 }
 
 /* warn_deadline is now plus warn_ms, for a timed wait that warns once. */
-static struct timespec warn_deadline(void) {
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    long ms = warn_ms();
-    dl.tv_sec += ms / 1000;
-    dl.tv_nsec += ms % 1000 * 1000000;
-    if (dl.tv_nsec >= 1000000000) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000;
-    }
-    return dl;
-}
+static struct timespec warn_deadline(void) { return deadline_in(warn_ms()); }
 
 static ncclResult_t release(comm* c, const char* fn, int wait) {
     if (!c) return fail(ncclInvalidArgument, "%s: comm is NULL", fn);

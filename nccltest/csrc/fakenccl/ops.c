@@ -380,13 +380,7 @@ static void slot_leave(slot* s, int n) {
  * finishes that group, and rank 1's Close returns at once (seen on NCCL 2.28.3
  * and 2.28.9). A kernel whose peers never come quits on the flag. */
 static void abort_spin(int* count, int n) {
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_nsec += 50 * 1000000;
-    if (dl.tv_nsec >= 1000000000) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000;
-    }
+    struct timespec dl = deadline_in(50);
     while (*count < n && pthread_cond_timedwait(&gc, &g, &dl) != ETIMEDOUT) {
     }
 }
